@@ -1,0 +1,66 @@
+"""The ``innerguard`` command. Each subcommand lives in
+``innerguard.engine.commands.<name>`` and exposes ``register(subparsers)``,
+which adds its parser and sets ``func(args) -> exit code``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from innerguard.engine import logging as ig_logging
+from innerguard.engine.errors import InnerguardError
+
+COMMANDS = ("models", "lint", "compile", "run", "demo")
+
+EPILOG = """\
+workflow:
+  innerguard models prepare smollm2-135m-instruct   # a real model, no hub needed
+  innerguard lint policies/ --model smollm2-135m-instruct
+  innerguard compile policies/ --model smollm2-135m-instruct --format text
+  innerguard run --policies policies/ --model smollm2-135m-instruct \\
+      --input in.jsonl --output out.jsonl --audit-log audit.jsonl
+
+Run 'innerguard COMMAND --help' for each command's options.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="innerguard",
+        description="Declarative guardrails that run inside the vLLM inference engine.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--log-format", choices=("console", "json"), help="log renderer (default: console; env INNERGUARD_LOG_FORMAT)")
+    parser.add_argument("--log-level", default=None, help="debug, info, warning or error (default: info)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"innerguard.engine.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"innerguard.engine.commands.{name}":
+                continue  # not built yet
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    ig_logging.configure(args.log_format, args.log_level)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except InnerguardError as exc:
+        print(f"innerguard: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("innerguard: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

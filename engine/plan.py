@@ -1,0 +1,148 @@
+"""The compiled plan: the only data that crosses from the engine to the worker.
+
+Everything here is plain, frozen and JSON-serialisable (``to_dict`` /
+``from_dict``), so it can travel through ``collective_rpc`` and be hashed.
+Layer and head indices are 0-based. A "head" is a query head; its key/value
+head is ``head // (num_heads // num_kv_heads)``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+PLAN_VERSION = "innerguard.plan/v1"
+
+AnalyzerKind = Literal["attention_tracker", "reranker", "probe", "text"]
+Action = Literal["block", "steer", "flag", "rerank", "drop_documents", "allow"]
+Mode = Literal["enforce", "shadow", "warn"]
+OnError = Literal["fail-closed", "fail-open"]
+
+
+@dataclass(frozen=True)
+class ModelGeometry:
+    """What the linter and compiler need to know of a model."""
+
+    architecture: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    fingerprint: str = ""  # sha256 over config.json and weight file names/sizes
+
+
+@dataclass(frozen=True)
+class QKCapture:
+    """Post-RoPE Q and K at the input of ``model.layers[layer].self_attn.attn``.
+
+    ``heads`` are query heads; K is kept for their KV heads over all prompt
+    tokens. ``query`` says which prompt positions' Q is kept.
+    """
+
+    layer: int
+    heads: tuple[int, ...]
+    query: Literal["last", "all"] = "last"
+
+
+@dataclass(frozen=True)
+class ResidualCapture:
+    """The residual stream (HF's layer output: vLLM's hidden + residual) after
+    ``model.layers[layer]``, at the last prompt token."""
+
+    layer: int
+
+
+@dataclass(frozen=True)
+class SteerSpec:
+    """Add (or projection-adjust) ``vector`` on the residual stream after
+    ``layer``. ``vector`` names an entry of ``Plan.vectors``."""
+
+    id: str  # "<policy>/<rule>"
+    layer: int
+    vector: str
+    coefficient: float
+    positions: Literal["prompt", "generated", "all"] = "generated"
+    method: Literal["add", "project"] = "add"
+
+
+@dataclass(frozen=True)
+class VectorRef:
+    """A vector artifact: a safetensors file, one tensor key, its sha256."""
+
+    path: str
+    key: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class AnalyzerSpec:
+    """One analyzer producing one named signal (``<policy>.<signal>``)."""
+
+    signal: str
+    kind: AnalyzerKind
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RuleProgram:
+    """A rule, ready to evaluate: ``condition`` is the parsed condition tree
+    (see ``innerguard.engine.policy.conditions``), never source text."""
+
+    id: str
+    condition: Any
+    action: Action
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicyProgram:
+    name: str
+    version: str
+    revision: str  # sha256 of the policy file's bytes
+    mode: Mode
+    on_error: OnError
+    priority: int
+    selector: dict[str, Any]
+    spans: dict[str, Any]
+    signals: tuple[str, ...]  # fully-qualified signal names it reads
+    rules: tuple[RuleProgram, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    version: str
+    model: ModelGeometry
+    qk_captures: tuple[QKCapture, ...]
+    residual_captures: tuple[ResidualCapture, ...]
+    steers: tuple[SteerSpec, ...]
+    analyzers: tuple[AnalyzerSpec, ...]
+    policies: tuple[PolicyProgram, ...]
+    vectors: dict[str, VectorRef]
+    bundle_hash: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+        policies = tuple(
+            PolicyProgram(
+                **{**p, "signals": tuple(p["signals"]),
+                   "rules": tuple(RuleProgram(**r) for r in p["rules"])}
+            )
+            for p in data["policies"]
+        )
+        return cls(
+            version=data["version"],
+            model=ModelGeometry(**data["model"]),
+            qk_captures=tuple(
+                QKCapture(**{**c, "heads": tuple(c["heads"])}) for c in data["qk_captures"]
+            ),
+            residual_captures=tuple(ResidualCapture(**c) for c in data["residual_captures"]),
+            steers=tuple(SteerSpec(**s) for s in data["steers"]),
+            analyzers=tuple(AnalyzerSpec(**a) for a in data["analyzers"]),
+            policies=policies,
+            vectors={k: VectorRef(**v) for k, v in data["vectors"].items()},
+            bundle_hash=data["bundle_hash"],
+        )
