@@ -1,0 +1,181 @@
+"""Which prompt tokens are trusted instruction and which are untrusted data.
+
+Both the vLLM runtime and the Hugging Face reference need the same answer,
+so it is computed once, here, from the tokenizer alone:
+
+- :func:`chat_spans`: OpenAI-style messages rendered with the tokenizer's
+  chat template; per message, the token range of its *content* (role
+  markers and template text excluded); trust follows the message role.
+- :func:`marker_spans`: a raw prompt in which untrusted text is wrapped in
+  explicit markers; the markers are removed before tokenizing.
+
+Ranges are half-open token ranges ``(start, end)``. A token that straddles
+trusted and untrusted text counts as untrusted, so the two lists never
+overlap. Template text that belongs to no message (for example a default
+system prompt the template inserts) is in neither list.
+"""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from innerguard.engine.errors import InnerguardError
+
+TRUSTED_ROLES = ("system", "developer", "user")
+# Earlier assistant turns are the model's own words: neither instruction nor data.
+NEUTRAL_ROLES = ("assistant",)
+OPEN_MARKER = "<untrusted>"
+CLOSE_MARKER = "</untrusted>"
+
+Range = tuple[int, int]
+
+
+class SpanError(InnerguardError):
+    """Token spans cannot be derived from a request."""
+
+
+@dataclass(frozen=True)
+class MessageSpan:
+    index: int  # position in the request's message list
+    role: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class PromptSpans:
+    input_ids: tuple[int, ...]
+    trusted: tuple[Range, ...]
+    untrusted: tuple[Range, ...]
+    messages: tuple[MessageSpan, ...] = ()
+
+    def role(self, role: str) -> tuple[Range, ...]:
+        """Content ranges of all messages with this role, in order."""
+        return tuple((m.start, m.end) for m in self.messages if m.role == role and m.end > m.start)
+
+
+def _offsets(tokenizer: Any, text: str, add_special_tokens: bool) -> tuple[list[int], list[tuple[int, int]]]:
+    if not getattr(tokenizer, "is_fast", False):
+        raise SpanError("token spans need a fast tokenizer (one with offset mappings)")
+    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+
+
+def _token_range(offsets: Sequence[tuple[int, int]], ends: list[int], start: int, end: int) -> Range:
+    """Tokens whose characters overlap [start, end). ``ends`` are token end offsets."""
+    if end <= start:
+        i = bisect.bisect_right(ends, start)
+        return (i, i)
+    first = bisect.bisect_right(ends, start)  # first token ending after `start`
+    last = first
+    while last < len(offsets) and offsets[last][0] < end:
+        last += 1
+    # Zero-width tokens (BOS, some specials) overlap nothing.
+    while first < last and offsets[first][1] <= offsets[first][0]:
+        first += 1
+    return (first, last)
+
+
+def _runs(labels: Sequence[bool]) -> tuple[Range, ...]:
+    runs, start = [], None
+    for i, on in enumerate(labels):
+        if on and start is None:
+            start = i
+        elif not on and start is not None:
+            runs.append((start, i))
+            start = None
+    if start is not None:
+        runs.append((start, len(labels)))
+    return tuple(runs)
+
+
+def _disjoint(length: int, trusted: Iterable[Range], untrusted: Iterable[Range]) -> tuple[tuple[Range, ...], tuple[Range, ...]]:
+    is_untrusted = [False] * length
+    is_trusted = [False] * length
+    for s, e in untrusted:
+        is_untrusted[s:e] = [True] * (e - s)
+    for s, e in trusted:
+        is_trusted[s:e] = [True] * (e - s)
+    is_trusted = [t and not u for t, u in zip(is_trusted, is_untrusted)]
+    return _runs(is_trusted), _runs(is_untrusted)
+
+
+def chat_spans(
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    trusted_roles: Sequence[str] = TRUSTED_ROLES,
+    neutral_roles: Sequence[str] = NEUTRAL_ROLES,
+    add_generation_prompt: bool = True,
+) -> PromptSpans:
+    """Render ``messages`` with the chat template and locate each message's
+    content tokens. Roles in ``trusted_roles`` are trusted, roles in
+    ``neutral_roles`` are neither, every other role (tool, function,
+    documents, ...) is untrusted."""
+    for i, message in enumerate(messages):
+        if not isinstance(message.get("content"), str):
+            raise SpanError(f"message {i} ({message.get('role')!r}) has no text content; only string content is supported")
+    text = tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
+    )
+    ids, offsets = _offsets(tokenizer, text, add_special_tokens=False)
+    ends = [e for _, e in offsets]
+    found, cursor = [], 0
+    for i, message in enumerate(messages):
+        content = message["content"]
+        at = text.find(content, cursor)
+        if at < 0:
+            raise SpanError(
+                f"message {i} ({message['role']!r}): its content does not appear verbatim in the rendered chat template",
+                hint="the template rewrites message text; pass explicit spans instead",
+            )
+        cursor = at + len(content)
+        start, end = _token_range(offsets, ends, at, cursor)
+        found.append(MessageSpan(index=i, role=message["role"], start=start, end=end))
+    trusted = [(m.start, m.end) for m in found if m.role in trusted_roles]
+    untrusted = [(m.start, m.end) for m in found if m.role not in trusted_roles and m.role not in neutral_roles]
+    trusted_r, untrusted_r = _disjoint(len(ids), trusted, untrusted)
+    return PromptSpans(tuple(ids), trusted_r, untrusted_r, tuple(found))
+
+
+def marker_spans(
+    tokenizer: Any,
+    text: str,
+    *,
+    open_marker: str = OPEN_MARKER,
+    close_marker: str = CLOSE_MARKER,
+    add_special_tokens: bool = True,
+) -> PromptSpans:
+    """A raw prompt with untrusted text between ``open_marker`` and
+    ``close_marker``; the markers are removed, everything else is trusted."""
+    pieces: list[tuple[str, bool]] = []
+    cursor = 0
+    while True:
+        at = text.find(open_marker, cursor)
+        stray = text.find(close_marker, cursor)
+        if stray >= 0 and (at < 0 or stray < at):
+            raise SpanError(f"{close_marker!r} at character {stray} has no matching {open_marker!r}")
+        if at < 0:
+            pieces.append((text[cursor:], False))
+            break
+        close = text.find(close_marker, at + len(open_marker))
+        if close < 0:
+            raise SpanError(f"{open_marker!r} at character {at} is never closed with {close_marker!r}")
+        nested = text.find(open_marker, at + len(open_marker), close)
+        if nested >= 0:
+            raise SpanError(f"{open_marker!r} at character {nested} is nested inside another untrusted span")
+        pieces.append((text[cursor:at], False))
+        pieces.append((text[at + len(open_marker):close], True))
+        cursor = close + len(close_marker)
+    clean, char_ranges, pos = [], [], 0
+    for piece, untrusted in pieces:
+        clean.append(piece)
+        char_ranges.append((pos, pos + len(piece), untrusted))
+        pos += len(piece)
+    ids, offsets = _offsets(tokenizer, "".join(clean), add_special_tokens)
+    ends = [e for _, e in offsets]
+    trusted = [_token_range(offsets, ends, s, e) for s, e, u in char_ranges if not u and e > s]
+    untrusted = [_token_range(offsets, ends, s, e) for s, e, u in char_ranges if u and e > s]
+    trusted_r, untrusted_r = _disjoint(len(ids), trusted, untrusted)
+    return PromptSpans(tuple(ids), trusted_r, untrusted_r)
