@@ -1,0 +1,62 @@
+"""Starting vLLM with settings that work on the machine at hand.
+
+On CPU, vLLM reserves a fraction (``gpu_memory_utilization``) of NUMA node 0's
+memory and refuses to start when node 0 is small. Giving the KV cache an
+explicit size (``kv_cache_memory_bytes``) avoids that check: we default to
+``VLLM_CPU_KVCACHE_SPACE`` GiB if set, else 1 GiB (env
+``INNERGUARD_KV_CACHE_GIB``). Guarded engines run eager: forward hooks do not
+fire inside compiled graphs.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from innerguard.engine.errors import EngineStartError, InnerguardError
+from innerguard.engine.logging import get_logger
+
+log = get_logger(__name__)
+
+
+def import_vllm():
+    try:
+        import vllm
+    except ImportError as exc:
+        raise InnerguardError(
+            f"vLLM is not installed ({exc.msg})",
+            hint="on CPU run: pip install 'innerguard[cpu]'; with a GPU: pip install 'innerguard[gpu]'",
+        ) from None
+    return vllm
+
+
+def on_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def engine_kwargs(model: str, *, eager: bool, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"model": model, "max_model_len": 4096, "seed": 0}
+    if on_cpu():
+        gib = float(os.environ.get("INNERGUARD_KV_CACHE_GIB") or os.environ.get("VLLM_CPU_KVCACHE_SPACE") or 1)
+        kwargs["kv_cache_memory_bytes"] = int(gib * (1 << 30))
+        kwargs["dtype"] = "float32"
+    if eager:
+        kwargs["enforce_eager"] = True
+    kwargs.update(overrides or {})
+    return kwargs
+
+
+def start_llm(**kwargs):
+    vllm = import_vllm()
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        return vllm.LLM(**kwargs)
+    except Exception as exc:  # vLLM reports start failures as RuntimeError/ValueError
+        hint = (
+            "on CPU, lower the KV-cache size with INNERGUARD_KV_CACHE_GIB (now "
+            f"{kwargs.get('kv_cache_memory_bytes', 0) / (1 << 30):g} GiB) or max_model_len; "
+            "the worker's log above names the root cause"
+        )
+        raise EngineStartError(f"vLLM could not start the engine for {kwargs.get('model')}: {exc}", hint=hint) from None

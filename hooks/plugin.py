@@ -1,0 +1,17 @@
+"""vLLM general plugin (entry point group ``vllm.general_plugins``).
+
+vLLM loads it in every process, the workers included. It checks that the
+worker side of innerguard imports there, so that a broken install fails when
+the engine starts, not when the first guarded request arrives.
+"""
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("innerguard")
+
+
+def register() -> None:
+    import innerguard.hooks.worker_extension  # noqa: F401  (fail at start if broken)
+
+    logger.debug("innerguard vLLM plugin loaded")

@@ -1,0 +1,72 @@
+"""Turns one request's captures into its signal values, by the plan's
+analyzer specs. Each analyzer failure is recorded, never swallowed: the
+decision then follows the policy's error mode."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from innerguard.hooks.analyzers import attention_tracker, probe
+from innerguard.hooks.analyzers.attention import HeadGeometry
+
+
+def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str, Any], dict[str, str]]:
+    geometry = HeadGeometry(
+        num_heads=plan.model.num_heads, num_kv_heads=plan.model.num_kv_heads, head_dim=plan.model.head_dim
+    )
+    wanted = sorted({s for p in state.policies for s in p.signals})
+    signals: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    text_values = state.args.get("text_signals") or {}
+    for name in wanted:
+        spec = analyzers.get(name)
+        try:
+            if spec is None:
+                raise KeyError(f"no analyzer in the plan yields {name!r}")
+            if spec.kind == "text":
+                if name not in text_values:
+                    raise KeyError(f"text signal {name!r} was not computed for this request")
+                signals[name] = text_values[name]
+            elif spec.kind == "attention_tracker":
+                signals[name] = _focus(spec, state, geometry, modules)
+            elif spec.kind == "probe":
+                signals[name] = _probe(spec, state, vectors)
+            else:
+                raise NotImplementedError(f"the {spec.kind} analyzer does not run inside vLLM yet")
+        except Exception as exc:  # recorded and acted on by the error mode
+            errors[name] = f"{type(exc).__name__}: {exc}"
+    return signals, errors
+
+
+def _spans(state, role: str) -> list[tuple[int, int]]:
+    spans = (state.args.get("spans") or {}).get(role)
+    if not spans:
+        raise ValueError(f"request has no {role!r} span")
+    return [(int(a), int(b)) for a, b in spans]
+
+
+def _focus(spec, state, geometry, modules) -> float:
+    heads = [(int(layer), int(head)) for layer, head in spec.params["heads"]]
+    layers = sorted({layer for layer, _ in heads})
+    q_last = {layer: state.q_last[layer] for layer in layers}
+    k_all = {layer: torch.cat(state.k_chunks[layer]) for layer in layers}
+    for layer in layers:
+        if k_all[layer].shape[0] != state.num_prompt_tokens:
+            raise RuntimeError(
+                f"captured K of {k_all[layer].shape[0]} prompt tokens at layer {layer}, expected "
+                f"{state.num_prompt_tokens} (prefix-cache hit on a guarded request?)"
+            )
+    scale = modules.attention_scale(layers[0])
+    return attention_tracker.focus_score(
+        q_last, k_all, heads, _spans(state, "instruction"), _spans(state, "data"), geometry, scale
+    )
+
+
+def _probe(spec, state, vectors) -> float:
+    params = spec.params
+    residual = state.residual_last[int(params["layer"])]
+    vector = vectors[params["vector"]]
+    if params.get("method", "cosine") == "cosine":
+        return probe.concept_cosine(residual, vector)
+    return probe.logistic_probability(residual, vector, float(params.get("bias", 0.0)))
