@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 PLAN_VERSION = "innerguard.plan/v1"
+# The key of a request's innerguard arguments in SamplingParams.extra_args
+# (over HTTP, vLLM's ``vllm_xargs`` body field fills the same).
+REQUEST_KEY = "innerguard"
 
 AnalyzerKind = Literal["attention_tracker", "reranker", "probe", "text"]
 Action = Literal["block", "steer", "flag", "rerank", "drop_documents", "allow"]

@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 import torch
 
-from innerguard.engine.plan import Plan, PolicyProgram, SteerSpec
+from innerguard.engine.plan import REQUEST_KEY, Plan, PolicyProgram, SteerSpec
 from innerguard.hooks.analyzers.steering import steering_delta
 from innerguard.hooks.modules import ModelModules
 from innerguard.hooks.runner_view import RowSpan, StepReader
 
-REQUEST_KEY = "innerguard"  # SamplingParams.extra_args[REQUEST_KEY]
+ALWAYS = {"op": "const", "value": True}  # a rule's condition when it has no `when`
 
 
 @dataclass
@@ -45,6 +45,7 @@ class RequestState:
     decided: bool = False
     blocked: bool = False
     capture_error: str | None = None
+    static_steers: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ class GuardRuntime:
         self._qk_layers = sorted({c.layer for c in plan.qk_captures})
         self._residual_layers = sorted({c.layer for c in plan.residual_captures})
         self._steer_layers = sorted({s.layer for s in plan.steers})
-        self._steers_by_id = {s.id: s for s in plan.steers}
+        self._steers_by_id: dict[str, list[SteerSpec]] = {}
+        for steer in plan.steers:  # one rule may steer several layers
+            self._steers_by_id.setdefault(steer.id, []).append(steer)
 
     # -- installation --------------------------------------------------------
     def install(self) -> "GuardRuntime":
@@ -140,11 +143,13 @@ class GuardRuntime:
             qk_layers=frozenset(qk),
             residual_layers=frozenset(residual),
         )
-        # Rules that steer unconditionally apply from the first prompt token on.
+        # Rules that steer unconditionally apply from the first prompt token on;
+        # conditional ones only once the prompt has been read and decided.
         for policy in policies:
             for rule in policy.rules:
-                if rule.action == "steer" and rule.condition in (None, True) and policy.mode == "enforce":
-                    state.steers += [self._steers_by_id[i] for i in rule.params.get("steers", ())]
+                if rule.action == "steer" and rule.condition == ALWAYS and policy.mode == "enforce":
+                    state.steers += self._steers_by_id.get(rule.params.get("steer"), [])
+                    state.static_steers.add(rule.params.get("steer"))
         return state
 
     def _forget_finished(self, live: set[str]) -> None:
@@ -246,7 +251,9 @@ class GuardRuntime:
             if result["blocked"]:
                 state.blocked = True
                 _force_end_of_sequence(logits, rows.span.batch_index, self.modules.eos_token_id)
-            state.steers += [self._steers_by_id[i] for i in result["steers"] if i in self._steers_by_id]
+            for steer_id in result["steers"]:
+                if steer_id not in state.static_steers:
+                    state.steers += self._steers_by_id.get(steer_id, [])
             # Captures are not needed once decided.
             state.k_chunks.clear()
             state.q_last.clear()
@@ -259,6 +266,8 @@ class GuardRuntime:
         error = f"{type(exc).__name__}: {exc}"
         return {
             "id": state.key,
+            "action": "block" if closed else "allow",
+            "message": "This request was blocked because the guard could not evaluate it." if closed else None,
             "blocked": bool(closed),
             "steers": [],
             "decisions": [

@@ -39,10 +39,10 @@ def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str,
     return signals, errors
 
 
-def _spans(state, role: str) -> list[tuple[int, int]]:
-    spans = (state.args.get("spans") or {}).get(role)
+def _spans(state, policy: str, role: str) -> list[tuple[int, int]]:
+    spans = ((state.args.get("spans") or {}).get(policy) or {}).get(role)
     if not spans:
-        raise ValueError(f"request has no {role!r} span")
+        raise ValueError(f"request has no {role!r} span for policy {policy!r}")
     return [(int(a), int(b)) for a, b in spans]
 
 
@@ -59,7 +59,13 @@ def _focus(spec, state, geometry, modules) -> float:
             )
     scale = modules.attention_scale(layers[0])
     return attention_tracker.focus_score(
-        q_last, k_all, heads, _spans(state, "instruction"), _spans(state, "data"), geometry, scale
+        q_last,
+        k_all,
+        heads,
+        _spans(state, spec.params["policy"], "instruction"),
+        _spans(state, spec.params["policy"], "data"),
+        geometry,
+        scale,
     )
 
 

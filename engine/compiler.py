@@ -1,0 +1,204 @@
+"""Policies -> the smallest plan that serves them.
+
+``compile_policies(paths, model)`` lints first (a policy with errors never
+compiles: the caller gets the linter's findings, not a tensor shape error),
+then derives:
+
+- analyzer specs, one per signal some rule reads, with the layers they need;
+- captures merged across policies (two policies reading heads of layer 13
+  capture layer 13 once) and nothing that no rule needs;
+- steer specs, one per rule and layer;
+- vector references with their sha256;
+- the bundle hash over policy bytes, artifact hashes and the model
+  fingerprint — the same inputs always give the same hash, in any folder.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from innerguard.engine.decide import ACTION_RANK
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import (
+    PLAN_VERSION,
+    AnalyzerSpec,
+    ModelGeometry,
+    Plan,
+    QKCapture,
+    ResidualCapture,
+    SteerSpec,
+    VectorRef,
+)
+
+
+class CompileError(InnerguardError):
+    """The policies cannot be compiled; ``findings`` says where and why."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, findings: Sequence[Any] = (), hint: str | None = None):
+        self.findings = tuple(findings)
+        super().__init__(message, hint=hint)
+
+
+@dataclass(frozen=True)
+class Need:
+    """Why a capture or a steer is in the plan, for ``--format text``."""
+
+    what: str
+    why: str
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def compile_policies(paths: Iterable[str | os.PathLike], model_dir: str | os.PathLike) -> tuple[Plan, list[Need]]:
+    from innerguard.engine import models
+    from innerguard.engine.lint import lint_paths
+
+    geometry = models.read_geometry(model_dir)
+    report = lint_paths([str(p) for p in paths], model=str(model_dir))
+    errors = [f for f in report.findings if f.severity.value == "error"]
+    if errors:
+        first = errors[0]
+        more = f" (and {len(errors) - 1} more; run 'innerguard lint')" if len(errors) > 1 else ""
+        raise CompileError(f"policies do not lint clean: {first.format()}{more}", errors)
+    if not len(report.policy_set):
+        raise CompileError("no policies to compile", hint="pass a folder with *.yaml policy files")
+    return build_plan(report.policy_set, geometry)
+
+
+def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
+    analyzers: list[AnalyzerSpec] = []
+    vectors: dict[str, VectorRef] = {}
+    qk_heads: dict[int, set[int]] = defaultdict(set)
+    residual_layers: set[int] = set()
+    steers: list[SteerSpec] = []
+    needs: list[Need] = []
+    artifacts: dict[str, str] = {}  # sha256 -> relative name, for the bundle hash
+
+    def vector(ref) -> str:
+        digest = sha256_file(ref.resolved)
+        artifacts[digest] = ref.path
+        name = f"{digest[:16]}:{ref.key}"
+        vectors[name] = VectorRef(path=str(ref.resolved), key=ref.key, sha256=digest)
+        return name
+
+    for policy in sorted(policy_set, key=lambda p: p.name):
+        program_signals = set(policy.used_signals())
+        for signal in policy.signals:
+            if signal.name not in program_signals:
+                continue
+            qualified = policy.qualified(signal.name)
+            params = {**signal.params(), "policy": policy.name}
+            if signal.analyzer in ("attention_tracker", "reranker") and getattr(signal, "heads", None) is not None:
+                heads = _heads(signal.heads, artifacts)
+                params["heads"] = [list(h) for h in heads]
+                params["qk_layers"] = sorted({layer for layer, _ in heads})
+                for layer, head in heads:
+                    qk_heads[layer].add(head)
+                needs.append(Need(
+                    f"Q/K of {len(heads)} heads at layers {_ranges(params['qk_layers'])}",
+                    f"signal {qualified} ({signal.analyzer})",
+                ))
+            if signal.analyzer == "probe":
+                params["vector"] = vector(signal.vector)
+                params["residual_layers"] = [signal.layer]
+                residual_layers.add(signal.layer)
+                needs.append(Need(f"residual stream after layer {signal.layer}, last prompt token", f"signal {qualified} (probe)"))
+            if signal.analyzer == "text":
+                needs.append(Need("prompt text (outside the model, RE2)", f"signal {qualified} (text)"))
+            analyzers.append(AnalyzerSpec(signal=qualified, kind=signal.analyzer, params=params))
+        for rule in policy.rules:
+            if rule.action != "steer" or rule.steer is None:
+                continue
+            name = vector(rule.steer.vector)
+            for layer in rule.steer.layers:
+                steers.append(SteerSpec(
+                    id=rule.steer_id(policy.name), layer=layer, vector=name,
+                    coefficient=float(rule.steer.coefficient), positions=rule.steer.positions, method=rule.steer.method,
+                ))
+            needs.append(Need(
+                f"steer {rule.steer.method} x{rule.steer.coefficient:g} at layers {_ranges(rule.steer.layers)} ({rule.steer.positions} tokens)",
+                f"rule {policy.name}/{rule.id}",
+            ))
+    programs = tuple(sorted(policy_set.programs(), key=lambda p: p.name))
+    bundle = {
+        "plan": PLAN_VERSION,
+        "model": geometry.fingerprint,
+        "policies": sorted((p.name, p.revision) for p in policy_set),
+        "artifacts": sorted(artifacts),
+    }
+    plan = Plan(
+        version=PLAN_VERSION,
+        model=geometry,
+        qk_captures=tuple(QKCapture(layer=l, heads=tuple(sorted(h))) for l, h in sorted(qk_heads.items())),
+        residual_captures=tuple(ResidualCapture(layer=l) for l in sorted(residual_layers)),
+        steers=tuple(sorted(steers, key=lambda s: (s.layer, s.id))),
+        analyzers=tuple(sorted(analyzers, key=lambda a: a.signal)),
+        policies=programs,
+        vectors=dict(sorted(vectors.items())),
+        bundle_hash=hashlib.sha256(json.dumps(bundle, sort_keys=True).encode()).hexdigest(),
+    )
+    return plan, needs
+
+
+def _heads(heads, artifacts: dict[str, str]) -> list[tuple[int, int]]:
+    if isinstance(heads, (list, tuple)):
+        return sorted({(int(l), int(h)) for l, h in heads})
+    from safetensors import safe_open
+
+    digest = sha256_file(heads.resolved)
+    artifacts[digest] = heads.path
+    with safe_open(str(heads.resolved), framework="pt") as f:
+        table = f.get_tensor(heads.key or "heads")
+    return sorted({(int(l), int(h)) for l, h in table.tolist()})
+
+
+def _ranges(layers: Iterable[int]) -> str:
+    return ", ".join(str(l) for l in sorted(set(layers)))
+
+
+def plan_json(plan: Plan) -> str:
+    return json.dumps(plan.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def explain(plan: Plan, needs: Sequence[Need]) -> str:
+    """The plan in words: what will run inside the model and which rule needs it."""
+    g = plan.model
+    lines = [
+        f"innerguard plan {plan.version}",
+        f"bundle hash {plan.bundle_hash}",
+        f"model {g.architecture}: {g.num_layers} layers, hidden {g.hidden_size}, {g.num_heads} heads "
+        f"({g.num_kv_heads} KV), head_dim {g.head_dim}; fingerprint {g.fingerprint[:16]}",
+        "",
+        "captures (merged across policies):",
+    ]
+    for c in plan.qk_captures:
+        lines.append(f"  layer {c.layer:>2}: post-RoPE Q of the last prompt token, heads {list(c.heads)}; K of all prompt tokens")
+    for c in plan.residual_captures:
+        lines.append(f"  layer {c.layer:>2}: residual stream (hidden + residual) at the last prompt token")
+    if not plan.qk_captures and not plan.residual_captures:
+        lines.append("  none")
+    lines += ["", "steering:"]
+    lines += [f"  layer {s.layer:>2}: {s.method} {s.vector} x{s.coefficient:g} on {s.positions} tokens ({s.id})" for s in plan.steers] or ["  none"]
+    lines += ["", "analyzers (signal <- analyzer):"]
+    lines += [f"  {a.signal} <- {a.kind}" for a in plan.analyzers] or ["  none"]
+    lines += ["", "why each item is there:"]
+    lines += [f"  {n.what}: needed by {n.why}" for n in needs] or ["  nothing needed"]
+    lines += ["", "decision program (rules in precedence order per policy):"]
+    for p in plan.policies:
+        lines.append(f"  {p.name} v{p.version} [{p.mode}, {p.on_error}, priority {p.priority}]")
+        for r in sorted(p.rules, key=lambda r: (-ACTION_RANK[r.action], -int(r.params.get("priority", 0)))):
+            lines.append(f"    {r.id}: {r.action}")
+    return "\n".join(lines) + "\n"

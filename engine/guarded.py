@@ -1,0 +1,245 @@
+"""``GuardedLLM``: ``vllm.LLM`` with innerguard's policies running inside it.
+
+    llm = GuardedLLM("smollm2-135m-instruct", policies="policies/")
+    outs = llm.chat([[{"role": "system", "content": "Summarise."},
+                      {"role": "user", "content": untrusted_text}]])
+    outs[0].text, outs[0].blocked, outs[0].decisions
+
+Each request is detected during its prefill and decided before its first
+token is sampled, in the same forward pass; the worker returns only small
+results (signals, decisions). A guarded engine always runs eager, because
+forward hooks do not fire inside compiled graphs, and a self-check at start
+proves every hook fires before any request is served.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from innerguard.engine import models
+from innerguard.engine.audit import AuditWriter
+from innerguard.engine.compiler import compile_policies
+from innerguard.engine.errors import EngineStartError, InnerguardError
+from innerguard.engine.logging import get_logger
+from innerguard.engine.plan import REQUEST_KEY, Plan
+from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare
+from innerguard.engine.vllm_engine import engine_kwargs, start_llm
+
+log = get_logger(__name__)
+
+EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
+FINISH_BLOCKED = "guard_blocked"
+FINISH_ERROR = "error"
+
+
+@dataclass
+class GuardedOutput:
+    id: str
+    text: str
+    token_ids: tuple[int, ...]
+    finish_reason: str | None
+    action: str = "allow"  # the verdict: allow, flag, steer, block, ...
+    blocked: bool = False
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    signals: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    latency_ms: float | None = None  # from prefill start to decision, in the worker
+    prefill_tokens: int | None = None
+    output: Any = None  # vLLM's RequestOutput, when the request ran
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def to_row(self) -> dict[str, Any]:
+        """The batch-file contract of ``innerguard run``."""
+        return {
+            "id": self.id,
+            "text": self.text,
+            "finish_reason": self.finish_reason,
+            "num_output_tokens": self.num_output_tokens,
+            "decisions": [
+                {k: d.get(k) for k in ("policy", "version", "action", "mode", "rule", "signals", "error")}
+                for d in self.decisions
+            ],
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+class GuardedLLM:
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        policies: str | os.PathLike | Sequence[str | os.PathLike] | Plan,
+        *,
+        audit_log: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        **engine_overrides: Any,
+    ):
+        self.model_dir = models.resolve(model, cache_dir)
+        plan = policies if isinstance(policies, Plan) else self.compile(policies)
+        if engine_overrides.get("enforce_eager") is False or "compilation_config" in engine_overrides:
+            raise EngineStartError(
+                "a guarded engine cannot run compiled: forward hooks do not fire inside compiled graphs",
+                hint="drop enforce_eager=False / compilation_config; innerguard runs vLLM eager",
+            )
+        log.info("guarded engine runs eager (enforce_eager=True): hooks do not fire in compiled graphs")
+        kwargs = engine_kwargs(str(self.model_dir), eager=True, overrides={"worker_extension_cls": EXTENSION, **engine_overrides})
+        self.llm = start_llm(**kwargs)
+        self.tokenizer = self.llm.get_tokenizer()
+        self.audit = AuditWriter(audit_log) if audit_log else None
+        self.plan: Plan | None = None
+        self.install(plan)
+
+    # -- plans ----------------------------------------------------------------
+    def compile(self, policies) -> Plan:
+        paths = [policies] if isinstance(policies, (str, os.PathLike)) else list(policies)
+        plan, _ = compile_policies(paths, self.model_dir)
+        return plan
+
+    def install(self, plan: Plan) -> None:
+        """Install ``plan`` in every worker and prove its hooks fire."""
+        try:
+            info = self.llm.collective_rpc("innerguard_install", args=(plan.to_dict(),))
+        except Exception as exc:
+            raise EngineStartError(f"innerguard could not install its hooks: {exc}") from None
+        self._self_check(info[0]["hook_points"])
+        self.plan = plan
+        log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info[0]["runner"], hooks=len(info[0]["hook_points"]))
+
+    def reload(self, policies) -> Plan:
+        """Swap in new policies without restarting. A policy set that does not
+        compile raises and leaves the running plan in place."""
+        plan = policies if isinstance(policies, Plan) else self.compile(policies)
+        self.install(plan)
+        return plan
+
+    def _self_check(self, hook_points: Sequence[str]) -> None:
+        from vllm import SamplingParams
+
+        self.llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})
+        self.llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=1), use_tqdm=False)
+        calls = self.llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})[0]
+        silent = [p for p in hook_points if not calls.get(p)]
+        if silent:
+            raise EngineStartError(
+                f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
+                "(is the engine running compiled graphs?)",
+                hint="run vLLM eager (enforce_eager=True); innerguard refuses to serve with a silent guard",
+            )
+
+    # -- requests -------------------------------------------------------------
+    def chat(self, conversations, sampling_params=None, *, policies: Sequence[str] | None = None, use_tqdm: bool = False) -> list[GuardedOutput]:
+        """OpenAI-style conversations (one list of messages, or a list of them)."""
+        if conversations and isinstance(conversations[0], Mapping):
+            conversations = [conversations]
+        requests = [
+            GuardRequest(id=str(i), messages=tuple(c), policies=None if policies is None else tuple(policies))
+            for i, c in enumerate(conversations)
+        ]
+        return self.run(requests, sampling_params, use_tqdm=use_tqdm)
+
+    def generate(self, prompts: Sequence[str], sampling_params=None, *, policies: Sequence[str] | None = None, use_tqdm: bool = False) -> list[GuardedOutput]:
+        """Raw prompts; untrusted text goes between ``<untrusted>`` markers."""
+        requests = [
+            GuardRequest(id=str(i), prompt=p, policies=None if policies is None else tuple(policies))
+            for i, p in enumerate(prompts)
+        ]
+        return self.run(requests, sampling_params, use_tqdm=use_tqdm)
+
+    def run(self, requests: Sequence[GuardRequest | Mapping[str, Any]], sampling_params=None, *, use_tqdm: bool = False) -> list[GuardedOutput]:
+        """Run a batch; results come back in input order. A request with bad
+        arguments gets an ``error`` output and the rest of the batch proceeds."""
+        from vllm import SamplingParams
+
+        base = sampling_params or SamplingParams(temperature=0.0, max_tokens=64)
+        prepared: list[PreparedRequest] = []
+        for i, request in enumerate(requests):
+            if not isinstance(request, GuardRequest):
+                try:
+                    request = GuardRequest.from_row(request, default_id=str(i))
+                except RequestError as exc:
+                    bad_id = str(request.get("id", i)) if isinstance(request, Mapping) else str(i)
+                    prepared.append(PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc)))
+                    continue
+            prepared.append(prepare(self.plan, request, self.tokenizer))
+        runnable = [p for p in prepared if p.error is None]
+        started = time.time()
+        outputs = {}
+        if runnable:
+            prompts = [
+                {"prompt_token_ids": list(p.prompt_token_ids), **({"cache_salt": p.cache_salt} if p.cache_salt else {})}
+                for p in runnable
+            ]
+            params = [self._params(base, p) for p in runnable]
+            for p, out in zip(runnable, self.llm.generate(prompts, params, use_tqdm=use_tqdm)):
+                outputs[id(p)] = out
+        keys = [p.extra_args[REQUEST_KEY]["id"] for p in runnable if p.extra_args]
+        results = self.llm.collective_rpc("innerguard_take_results", args=(keys,))[0] if keys else {}
+        return [self._output(p, outputs.get(id(p)), results, started) for p in prepared]
+
+    @staticmethod
+    def _params(base, prepared: PreparedRequest):
+        params = base.clone()
+        if prepared.request.max_tokens is not None:
+            params.max_tokens = prepared.request.max_tokens
+        if prepared.extra_args:
+            params.extra_args = {**(params.extra_args or {}), **prepared.extra_args}
+        return params
+
+    def _output(self, prepared: PreparedRequest, out, results: Mapping[str, Any], started: float) -> GuardedOutput:
+        request = prepared.request
+        if prepared.error is not None:
+            return GuardedOutput(id=request.id, text="", token_ids=(), finish_reason=FINISH_ERROR, action="error", error=prepared.error)
+        completion = out.outputs[0]
+        result = {}
+        if prepared.extra_args:
+            key = prepared.extra_args[REQUEST_KEY]["id"]
+            result = results.get(key)
+            if result is None:
+                # The worker never decided: the guard did not run. Loud, and
+                # closed for every policy that fails closed.
+                result = _undecided(prepared)
+                log.error("guard recorded no decision for a guarded request", request=request.id)
+            if self.audit:
+                self.audit.write_decisions(request_id=request.id, bundle_hash=self.plan.bundle_hash, result=result, received_at=started)
+        blocked = bool(result.get("blocked"))
+        return GuardedOutput(
+            id=request.id,
+            text=(result.get("message") or "") if blocked else completion.text,
+            token_ids=() if blocked else tuple(completion.token_ids),
+            finish_reason=FINISH_BLOCKED if blocked else completion.finish_reason,
+            action=result.get("action", "allow") if result else "allow",
+            blocked=blocked,
+            decisions=list(result.get("decisions", ())),
+            signals=dict(result.get("signals", {})),
+            error="; ".join(f"{k}: {v}" for k, v in (result.get("errors") or {}).items()) or None,
+            latency_ms=result.get("decision_latency_ms"),
+            prefill_tokens=result.get("prefill_tokens"),
+            output=out,
+        )
+
+    def shutdown(self) -> None:
+        engine = getattr(self.llm, "llm_engine", None)
+        shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        if shutdown:
+            shutdown()
+
+
+def _undecided(prepared: PreparedRequest) -> dict[str, Any]:
+    error = "no decision recorded: the guard did not run for this request"
+    closed = [p for p in prepared.policies if p.on_error == "fail-closed" and p.mode == "enforce"]
+    return {
+        "action": "block" if closed else "allow",
+        "blocked": bool(closed),
+        "message": "This request was blocked because the guard could not evaluate it." if closed else None,
+        "decisions": [
+            {"policy": p.name, "version": p.version, "revision": p.revision, "mode": p.mode,
+             "action": "block" if p in closed else "allow", "rule": None, "signals": {}, "error": error}
+            for p in prepared.policies
+        ],
+        "errors": {"*": error},
+    }
