@@ -35,8 +35,9 @@ def register(subparsers) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from vllm import SamplingParams
+    from innerguard.engine.vllm_engine import import_vllm
 
+    SamplingParams = import_vllm().SamplingParams
     from innerguard.engine.guarded import GuardedLLM
 
     policies = args.policies or str(files("innerguard.policies") / "prompt-injection.yaml")

@@ -65,8 +65,9 @@ def read_rows(path: str) -> list[dict]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from vllm import SamplingParams
+    from innerguard.engine.vllm_engine import import_vllm
 
+    SamplingParams = import_vllm().SamplingParams
     from innerguard.engine.guarded import GuardedLLM
 
     rows = read_rows(args.input)

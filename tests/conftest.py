@@ -1,0 +1,32 @@
+"""Shared fixtures. Real things, not mocks: the prepared SmolLM2 checkpoint
+and one vLLM engine of each kind per test session (engine start is slow)."""
+from __future__ import annotations
+
+import pytest
+
+from innerguard.engine import logging as ig_logging
+
+ig_logging.configure("console", "warning")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    from innerguard.engine import models
+
+    return models.prepare("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def plain_llm(smollm2_dir):
+    """Plain vLLM, eager, float32: the baseline guarded output must match."""
+    from innerguard.engine.vllm_engine import engine_kwargs, start_llm
+
+    llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=True))
+    yield llm
+    _shutdown(llm)
+
+
+def _shutdown(llm) -> None:
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()

