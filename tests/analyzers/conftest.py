@@ -46,3 +46,23 @@ def smollm() -> LoadedModel:
 def tiny_models(tmp_path_factory) -> dict[str, LoadedModel]:
     root = tmp_path_factory.mktemp("tiny-models")
     return {name: _load(name, build_tiny_model(name, root / name)) for name in TINY_SPECS}
+
+
+# Measured parity gaps (fast path on HF captures vs the reference), printed
+# at the end of the run so the figures are visible without -s.
+PARITY: dict[str, float] = {}
+
+
+@pytest.fixture
+def parity():
+    def record(name: str, value: float) -> None:
+        PARITY[name] = max(PARITY.get(name, 0.0), float(value))
+
+    return record
+
+
+def pytest_terminal_summary(terminalreporter):
+    if PARITY:
+        terminalreporter.write_sep("-", "analyzer parity: max |fast - reference|")
+        for name in sorted(PARITY):
+            terminalreporter.write_line(f"{name:55s} {PARITY[name]:.3e}")
