@@ -1,0 +1,469 @@
+"""Decisions: evaluate compiled policies for one request, given signal values.
+
+Imported by the vLLM worker, so it depends only on the standard library,
+``jinja2`` (sandboxed message templates) and ``innerguard.engine.plan``;
+never on yaml or jsonschema.
+
+Usage::
+
+    evaluator = Evaluator(plan.policies)          # once per plan: compiles rules
+    verdict = evaluator.evaluate(signals, request={"tags": ["rag"], "tenant": "acme"})
+
+``signals`` maps fully-qualified signal names (``"<policy>.<signal>"``) to a
+float, a bool, or a list of floats (document relevance). A value that is
+missing, ``None``, NaN, or a ``SignalError`` (or any exception instance) counts
+as *failed*.
+
+Semantics (documented in docs/policy-language.md):
+
+- Every rule of a policy is evaluated. Conditions use three-valued logic: a
+  comparison on a failed signal is *unknown*; ``false and unknown`` is false,
+  ``true or unknown`` is true, so a result never depends on evaluation order.
+- A rule that is *unknown* because a signal failed triggers the policy's
+  ``on_error``: ``fail-closed`` → the policy decides ``block``;
+  ``fail-open`` → the rule does not fire. Either way ``Decision.error`` says
+  which rule and which signals. An aggregate over zero documents
+  (``max(relevance)`` with no documents) is unknown but not an error: the
+  rule simply does not fire.
+- A policy's decision is its strongest firing rule: ACTION_RANK
+  (block > steer > drop_documents > rerank > flag > allow), then the rule's
+  ``priority`` (higher first), then file order.
+- Modes: ``enforce`` applies the decision; ``warn`` applies ``flag`` instead
+  of any stronger action (``rule_action`` keeps what the rule said);
+  ``shadow`` computes and records the decision but never applies it.
+- The verdict's action is the strongest *applied* decision, ties broken by
+  the policy's ``priority`` (higher first), then its name. Effects are
+  collected from all applied decisions: every firing steer rule (composed in
+  the order of ``Verdict.steers``: policy priority, rule priority, policy
+  name, file order — vectors on one layer are summed), flags and document
+  actions. When the action is ``block`` nothing is generated.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from jinja2 import StrictUndefined
+from jinja2.sandbox import SandboxedEnvironment
+
+from innerguard.engine.plan import PolicyProgram
+
+ACTION_RANK = {"block": 5, "steer": 4, "drop_documents": 3, "rerank": 2, "flag": 1, "allow": 0}
+TEMPLATE_VARIABLES = {
+    "policy": ("name", "version", "mode"),
+    "rule": ("id", "action"),
+    "signals": None,  # this policy's signals by short name
+}
+MAX_MESSAGE_CHARS = 2000
+ERROR_BLOCK_MESSAGE = "This request was blocked because policy {policy} could not be evaluated."
+FALLBACK_MESSAGE = "This request was blocked by policy {policy} (rule {rule})."
+
+
+class SignalError:
+    """An analyzer failure, as a signal value. ``str()`` is the reason."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+    def __repr__(self) -> str:
+        return f"SignalError({self.reason!r})"
+
+
+# ---------------------------------------------------------------- templates
+
+def template_environment() -> SandboxedEnvironment:
+    """The one environment message templates are parsed and rendered in:
+    sandboxed (no attribute access to internals), strict about undefined
+    variables, no autoescape (messages are plain text)."""
+    return SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, trim_blocks=True, lstrip_blocks=True)
+
+
+_ENV = template_environment()
+_TEMPLATE_CACHE: dict[str, Any] = {}
+
+
+def render_message(template: str, *, policy: Mapping[str, Any], rule: Mapping[str, Any], signals: Mapping[str, Any]) -> str:
+    """Render a message template with only the documented variables. Raises
+    jinja2 errors (``TemplateError``, ``SecurityError``) on bad templates."""
+    compiled = _TEMPLATE_CACHE.get(template)
+    if compiled is None:
+        compiled = _TEMPLATE_CACHE[template] = _ENV.from_string(template)
+    text = compiled.render(policy=dict(policy), rule=dict(rule), signals=dict(signals))
+    return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
+# ---------------------------------------------------------------- results
+
+@dataclass(frozen=True, slots=True)
+class RuleHit:
+    policy: str
+    rule: str
+    action: str
+    priority: int
+    params: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    policy: str
+    version: str
+    revision: str
+    mode: str
+    priority: int
+    action: str  # what this policy decides (after warn/on_error); "allow" when nothing fired
+    rule: str | None  # the rule that determined ``action``
+    rule_action: str  # that rule's own action (differs from ``action`` in warn mode)
+    applied: bool  # False in shadow mode
+    hits: tuple[RuleHit, ...]  # every rule that fired, strongest first
+    signals: Mapping[str, Any]  # the values this policy read, by qualified name
+    message: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    action: str
+    policy: str | None  # the policy whose decision set ``action``
+    rule: str | None
+    message: str | None
+    steers: tuple[RuleHit, ...]  # applied steer rules, in composition order
+    flags: tuple[RuleHit, ...]  # applied flags (including warn-mode ones)
+    documents: tuple[RuleHit, ...]  # applied rerank / drop_documents rules
+    decisions: tuple[Decision, ...]  # one per selected policy, shadow included
+
+
+# ---------------------------------------------------------------- conditions
+
+Fn = Callable[[Mapping[str, Any]], Any]
+_CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+
+
+def _failed(value: Any) -> bool:
+    if value is None or isinstance(value, (SignalError, BaseException)):
+        return True
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _scalar_slow(v: Any) -> Any:
+    if isinstance(v, bool):
+        return v
+    if type(v).__name__ == "bool_":  # numpy bool
+        return bool(v)
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and not isinstance(v, (list, tuple, dict, str)) else None
+
+
+def _scalar(key: str) -> Fn:
+    def value(s):
+        v = s.get(key)
+        t = v.__class__
+        if t is float:
+            return v if v == v else None
+        if t is bool or t is int:
+            return v
+        return None if v is None else _scalar_slow(v)
+    return value
+
+
+def _vector(key: str) -> Fn:
+    def value(s):
+        v = s.get(key)
+        if v.__class__ is list or v.__class__ is tuple:
+            return v
+        if v is None or isinstance(v, (SignalError, BaseException, str, bytes, dict)):
+            return None
+        tolist = getattr(v, "tolist", None)  # numpy arrays, tensors
+        return tolist() if tolist else None
+    return value
+
+
+def _aggregate(fn: str, key: str) -> Fn:
+    get = _vector(key)
+    reduce = {"max": max, "min": min, "mean": lambda xs: math.fsum(xs) / len(xs)}[fn]
+
+    def value(s):
+        v = get(s)
+        if not v:
+            return None  # failed, or no documents: unknown
+        try:
+            r = float(reduce(v))
+        except (TypeError, ValueError):
+            return None
+        return r if r == r else None
+    return value
+
+
+def _quantified(fn: str, key: str, cmp: str, threshold: float) -> Fn:
+    get = _vector(key)
+    test = _CMP[cmp]
+
+    def value(s):
+        v = get(s)
+        if v is None:
+            return None
+        try:
+            n = sum(1 for x in v if test(x, threshold))
+        except TypeError:
+            return None
+        if fn == "count":
+            return n
+        if fn == "any":
+            return n > 0
+        return n == len(v)  # all(): true for zero documents, like Python's all()
+    return value
+
+
+def _compile(node: Mapping[str, Any], qualify: Callable[[str], str]) -> Fn:
+    op = node["op"]
+    if op == "const":
+        c = node["value"]
+        return lambda s: c
+    if op == "signal":
+        return _scalar(qualify(node["name"]))
+    if op in ("max", "min", "mean"):
+        return _aggregate(op, qualify(node["signal"]))
+    if op in ("any", "all", "count"):
+        return _quantified(op, qualify(node["signal"]), node["cmp"], node["value"])
+    args = [_compile(a, qualify) for a in node["args"]]
+    if op in _CMP:
+        test = _CMP[op]
+        left, right = args
+        if node["args"][1]["op"] == "const":
+            c = node["args"][1]["value"]
+
+            def compare_const(s):
+                v = left(s)
+                return None if v is None else test(v, c)
+            return compare_const
+
+        def compare(s):
+            a = left(s)
+            if a is None:
+                return None
+            b = right(s)
+            return None if b is None else test(a, b)
+        return compare
+    if op == "not":
+        (inner,) = args
+
+        def negate(s):
+            v = inner(s)
+            return None if v is None else not v
+        return negate
+    if op == "and":
+        def conj(s):
+            unknown = False
+            for f in args:
+                v = f(s)
+                if v is None:
+                    unknown = True
+                elif not v:
+                    return False
+            return None if unknown else True
+        return conj
+    if op == "or":
+        def disj(s):
+            unknown = False
+            for f in args:
+                v = f(s)
+                if v is None:
+                    unknown = True
+                elif v:
+                    return True
+            return None if unknown else False
+        return disj
+    raise ValueError(f"unknown condition operator {op!r}")
+
+
+def condition_signals(node: Mapping[str, Any]) -> list[str]:
+    """Short or qualified signal names a condition tree reads."""
+    if "name" in node:
+        return [node["name"]]
+    if "signal" in node:
+        return [node["signal"]]
+    out: list[str] = []
+    for arg in node.get("args", ()):
+        out += condition_signals(arg)
+    return out
+
+
+def compile_condition(node: Mapping[str, Any], policy: str) -> Fn:
+    """A function ``signals -> True | False | None`` (None = unknown)."""
+    return _compile(node, lambda name: name if "." in name else f"{policy}.{name}")
+
+
+# ---------------------------------------------------------------- evaluation
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    id: str
+    action: str
+    priority: int
+    index: int
+    params: Mapping[str, Any]
+    test: Fn
+    signals: tuple[str, ...]  # qualified
+
+
+class _Policy:
+    __slots__ = ("program", "rules", "signals", "context", "selector", "short")
+
+    def __init__(self, program: PolicyProgram):
+        self.program = program
+        qualify = lambda name: name if "." in name else f"{program.name}.{name}"  # noqa: E731
+        rules = []
+        for index, rule in enumerate(program.rules):
+            params = dict(rule.params)
+            rules.append(_Rule(
+                id=rule.id, action=rule.action, priority=int(params.get("priority", 0)), index=index,
+                params=params, test=_compile(rule.condition, qualify),
+                signals=tuple(dict.fromkeys(qualify(n) for n in condition_signals(rule.condition))),
+            ))
+        self.rules = tuple(rules)
+        read = list(program.signals)
+        for rule in rules:
+            read += [s for s in rule.signals if s not in read]
+        self.signals = tuple(read)
+        prefix = program.name + "."
+        self.short = {s: s[len(prefix):] if s.startswith(prefix) else s for s in self.signals}
+        self.context = {"name": program.name, "version": program.version, "mode": program.mode}
+        self.selector = {k: frozenset(v) for k, v in (program.selector or {}).items() if v is not None}
+
+    def selects(self, request: Mapping[str, Any] | None) -> bool:
+        if not self.selector:
+            return True
+        request = request or {}
+        for key, allowed in self.selector.items():
+            if key == "tags":
+                if allowed.isdisjoint(request.get("tags") or ()):
+                    return False
+            elif key in ("tenants", "routes"):
+                if request.get(key[:-1]) not in allowed:
+                    return False
+            elif key == "all":
+                continue
+            else:
+                return False  # a selector key we do not understand never matches silently
+        return True
+
+
+def _strength(rule: _Rule) -> tuple:
+    return (-ACTION_RANK[rule.action], -rule.priority, rule.index)
+
+
+class Evaluator:
+    """Compiles a policy set's rules once; ``evaluate`` runs per request."""
+
+    def __init__(self, programs: Iterable[PolicyProgram]):
+        self.policies = tuple(_Policy(p) for p in programs)
+        # Verdict ties: policy priority (higher first), then name.
+        self._order = {p.program.name: i for i, p in enumerate(sorted(self.policies, key=lambda p: (-p.program.priority, p.program.name)))}
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """Every qualified signal name some policy reads."""
+        return tuple(dict.fromkeys(s for p in self.policies for s in p.signals))
+
+    def evaluate(self, signals: Mapping[str, Any], request: Mapping[str, Any] | None = None) -> Verdict:
+        decisions = tuple(self._decide(p, signals) for p in self.policies if p.selects(request))
+        return self._combine(decisions)
+
+    # one policy
+    def _decide(self, policy: _Policy, signals: Mapping[str, Any]) -> Decision:
+        program = policy.program
+        hits: list[_Rule] = []
+        errors: list[tuple[_Rule, list[str]]] = []
+        for rule in policy.rules:
+            result = rule.test(signals)
+            if result is None:
+                failed = [s for s in rule.signals if _failed(signals.get(s))]
+                if failed:
+                    errors.append((rule, failed))
+            elif result:
+                hits.append(rule)
+        hits.sort(key=_strength)
+        read = {s: signals.get(s) for s in policy.signals}
+        error = None
+        if errors:
+            rule, failed = errors[0]
+            reasons = ", ".join(f"{s}: {signals.get(s) if s in signals else 'missing'}" for s in failed)
+            error = f"rule {rule.id} could not be evaluated ({reasons}); {program.on_error}"
+        if errors and program.on_error == "fail-closed":
+            deciding, rule_action, action = errors[0][0], "block", "block"
+        elif hits:
+            deciding = hits[0]
+            rule_action = action = deciding.action
+        else:
+            deciding, rule_action, action = None, "allow", "allow"
+        if program.mode == "warn" and action not in ("allow", "flag"):
+            action = "flag"
+        message = self._message(policy, deciding, rule_action, read, error) if action in ("block", "flag") else None
+        return Decision(
+            policy=program.name, version=program.version, revision=program.revision, mode=program.mode,
+            priority=program.priority, action=action, rule=deciding.id if deciding else None,
+            rule_action=rule_action, applied=program.mode != "shadow",
+            hits=tuple(RuleHit(program.name, r.id, r.action, r.priority, r.params) for r in hits),
+            signals=read, message=message, error=error,
+        )
+
+    @staticmethod
+    def _message(policy: _Policy, rule: _Rule | None, rule_action: str, read: Mapping[str, Any], error: str | None) -> str | None:
+        name = policy.program.name
+        if rule is None:
+            return None
+        if error and rule_action == "block" and rule.action != "block":
+            return ERROR_BLOCK_MESSAGE.format(policy=name)
+        template = rule.params.get("message")
+        if not template:
+            return FALLBACK_MESSAGE.format(policy=name, rule=rule.id) if rule_action == "block" else None
+        try:
+            return render_message(
+                template, policy=policy.context, rule={"id": rule.id, "action": rule.action},
+                signals={policy.short[k]: v for k, v in read.items()},
+            )
+        except Exception:  # a template that fails at request time must not fail the request
+            return FALLBACK_MESSAGE.format(policy=name, rule=rule.id) if rule_action == "block" else None
+
+    def _combine(self, decisions: Sequence[Decision]) -> Verdict:
+        winner = None
+        steers: list[tuple] = []
+        flags: list[RuleHit] = []
+        documents: list[RuleHit] = []
+        for d in decisions:
+            if not d.applied:
+                continue
+            if winner is None or (-ACTION_RANK[d.action], self._order[d.policy]) < (-ACTION_RANK[winner.action], self._order[winner.policy]):
+                winner = d
+            if d.mode == "warn":
+                if d.action == "flag":
+                    flags.append(RuleHit(d.policy, d.rule, "flag", d.hits[0].priority if d.hits else 0, {"message": d.message} if d.message else {}))
+                continue
+            for hit in d.hits:
+                if hit.action == "steer":
+                    steers.append((self._order[d.policy], -hit.priority, hit))
+                elif hit.action == "flag":
+                    flags.append(hit)
+                elif hit.action in ("rerank", "drop_documents"):
+                    documents.append(hit)
+        steers.sort(key=lambda t: t[:2])
+        if winner is None or winner.action == "allow":
+            return Verdict("allow", None, None, None, tuple(t[2] for t in steers), tuple(flags), tuple(documents), tuple(decisions))
+        return Verdict(
+            winner.action, winner.policy, winner.rule, winner.message,
+            tuple(t[2] for t in steers), tuple(flags), tuple(documents), tuple(decisions),
+        )
+
+
+def evaluate(programs: Iterable[PolicyProgram], signals: Mapping[str, Any], request: Mapping[str, Any] | None = None) -> Verdict:
+    """One-off convenience; build an ``Evaluator`` once for repeated use."""
+    return Evaluator(programs).evaluate(signals, request)

@@ -1,0 +1,132 @@
+"""Build a ``Policy`` from a schema-valid document.
+
+The schema has already checked keys and types, so this module only reads
+values, applies defaults, resolves artifact paths against the policy file's
+folder and parses conditions (reporting IG201 at the exact column).
+Cross-field checks (e.g. a span needs roles or markers) belong to the linter.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from innerguard.engine.lint.registry import make
+from innerguard.engine.policy import conditions
+from innerguard.engine.policy.diagnostics import Finding
+from innerguard.engine.policy.model import (
+    ArtifactRef, AttentionTrackerSignal, Policy, ProbeSignal, RerankerSignal,
+    Rule, Signal, SpanSelector, SteerAction, TextSignal,
+)
+from innerguard.engine.policy.yamlsafe import Document
+
+DEFAULT_KEYS = {"heads": "heads", "vector": "vector"}
+
+
+class _Context:
+    def __init__(self, doc: Document, source: Path):
+        self.doc = doc
+        self.marks = doc.marks
+        self.source = source
+        self.findings: list[Finding] = []
+
+    def artifact(self, data: dict, path: tuple, default_key: str) -> ArtifactRef:
+        return ArtifactRef(
+            path=data["artifact"],
+            key=data.get("key", default_key),
+            resolved=(self.source.parent / data["artifact"]).absolute(),
+            location=self.marks.at(path + ("artifact",)),
+        )
+
+    def heads(self, value: Any, path: tuple):
+        if isinstance(value, dict):
+            return self.artifact(value, path, DEFAULT_KEYS["heads"])
+        return tuple((int(layer), int(head)) for layer, head in value)
+
+
+def _span(data: dict | None) -> SpanSelector | None:
+    if data is None:
+        return None
+    return SpanSelector(roles=tuple(data.get("roles", ())), begin=data.get("begin"), end=data.get("end"))
+
+
+def _signal(ctx: _Context, name: str, data: dict) -> Signal:
+    path = ("signals", name)
+    common = dict(name=name, analyzer=data["analyzer"], description=data.get("description", ""),
+                  location=ctx.marks.at(path, key=True))
+    kind = data["analyzer"]
+    if kind == "attention_tracker":
+        return AttentionTrackerSignal(**common, heads=ctx.heads(data["heads"], path + ("heads",)))
+    if kind == "probe":
+        return ProbeSignal(**common, layer=data["layer"], vector=ctx.artifact(data["vector"], path + ("vector",), DEFAULT_KEYS["vector"]),
+                           score=data.get("score", "cosine"), bias=float(data.get("bias", 0.0)))
+    if kind == "reranker":
+        heads = data.get("heads")
+        return RerankerSignal(**common, documents=_span(data["documents"]), query=_span(data.get("query")),
+                              calibration=data.get("calibration", "content-free"),
+                              heads=None if heads is None else ctx.heads(heads, path + ("heads",)))
+    return TextSignal(**common, pattern=data.get("pattern"), keywords=tuple(data.get("keywords", ())),
+                      case_sensitive=bool(data.get("case_sensitive", False)), span=data.get("span", "prompt"))
+
+
+def _rule(ctx: _Context, index: int, data: dict) -> Rule:
+    path = ("rules", index)
+    condition = None
+    try:
+        condition = conditions.from_yaml(data["when"])
+    except conditions.ConditionError as exc:
+        ctx.findings.append(make("IG201", f"rule {data['id']!r}: {exc}", ctx.marks.inside(path + ("when",), exc.offset)))
+    steer = None
+    if "steer" in data:
+        s = data["steer"]
+        layers = tuple(s["layers"]) if "layers" in s else ((s["layer"],) if "layer" in s else ())
+        steer = SteerAction(
+            vector=ctx.artifact(s["vector"], path + ("steer", "vector"), DEFAULT_KEYS["vector"]),
+            layers=layers,
+            coefficient=float(s.get("coefficient", 1.0)),
+            positions=s.get("positions", "generated"),
+            method=s.get("method", "add"),
+            location=ctx.marks.at(path + ("steer",), key=True),
+        )
+    drop = data.get("drop_documents") or {}
+    return Rule(
+        id=data["id"],
+        when=data["when"],
+        condition=condition,
+        action=data["action"],
+        priority=data.get("priority", 0),
+        description=data.get("description", ""),
+        message=data.get("message"),
+        steer=steer,
+        rerank_top_k=(data.get("rerank") or {}).get("top_k"),
+        drop_below=drop.get("below"),
+        drop_keep_top=drop.get("keep_top"),
+        location=ctx.marks.at(path),
+    )
+
+
+def build_policy(doc: Document, source: Path) -> tuple[Policy, list[Finding]]:
+    """``doc`` must be valid against the schema."""
+    ctx = _Context(doc, Path(source))
+    data = doc.data
+    meta = data["metadata"]
+    selector = {k: tuple(v) for k, v in (data.get("applies_to") or {}).items()}
+    spans = {k: _span(v) for k, v in (data.get("spans") or {}).items()}
+    policy = Policy(
+        name=meta["name"],
+        version=str(meta["version"]),
+        owner=meta.get("owner", ""),
+        description=meta.get("description", ""),
+        labels=dict(meta.get("labels", {})),
+        model=data.get("model"),
+        mode=data.get("mode", "enforce"),
+        on_error=data.get("on_error", "fail-closed"),
+        priority=data.get("priority", 0),
+        selector=selector,
+        spans=spans,
+        signals=tuple(_signal(ctx, name, value) for name, value in data["signals"].items()),
+        rules=tuple(_rule(ctx, i, value) for i, value in enumerate(data["rules"])),
+        source=ctx.source.absolute(),
+        revision=doc.sha256,
+        location=ctx.marks.at(("metadata", "name")),
+    )
+    return policy, ctx.findings
