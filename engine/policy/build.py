@@ -123,7 +123,7 @@ def build_policy(doc: Document, source: Path) -> tuple[Policy, list[Finding]]:
         priority=data.get("priority", 0),
         selector=selector,
         spans=spans,
-        signals=tuple(_signal(ctx, name, value) for name, value in data["signals"].items()),
+        signals=tuple(_signal(ctx, name, value) for name, value in (data.get("signals") or {}).items()),
         rules=tuple(_rule(ctx, i, value) for i, value in enumerate(data["rules"])),
         source=ctx.source.absolute(),
         revision=doc.sha256,
