@@ -73,9 +73,9 @@ def compile_policies(paths: Iterable[str | os.PathLike], model_dir: str | os.Pat
         first = errors[0]
         more = f" (and {len(errors) - 1} more; run 'innerguard lint')" if len(errors) > 1 else ""
         raise CompileError(f"policies do not lint clean: {first.format()}{more}", errors)
-    if not len(report.policy_set):
+    if not len(report.policies):
         raise CompileError("no policies to compile", hint="pass a folder with *.yaml policy files")
-    return build_plan(report.policy_set, geometry)
+    return build_plan(report.policies, geometry)
 
 
 def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:

@@ -1,0 +1,61 @@
+"""One guarded vLLM engine for the runtime tests, serving the test policies in
+tests/runtime/policies with vector artifacts made here (seeded)."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from innerguard.engine import models
+
+POLICIES = Path(__file__).parent / "policies"
+
+
+def make_vector(path: Path, model_dir: Path, layer: int, seed: int) -> torch.Tensor:
+    g = models.read_geometry(model_dir)
+    gen = torch.Generator().manual_seed(seed)
+    vector = torch.randn(g.hidden_size, generator=gen)
+    vector = vector / vector.norm()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {"vector": vector.contiguous()},
+        str(path),
+        metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(g.hidden_size), "layer": str(layer), "model_fingerprint": g.fingerprint},
+    )
+    return vector
+
+
+@pytest.fixture(scope="session")
+def policy_dir(tmp_path_factory, smollm2_dir) -> Path:
+    folder = tmp_path_factory.mktemp("policies")
+    for source in POLICIES.glob("*.yaml"):
+        shutil.copy(source, folder / source.name)
+    make_vector(folder / "artifacts" / "concept.safetensors", smollm2_dir, layer=8, seed=1)
+    make_vector(folder / "artifacts" / "steer.safetensors", smollm2_dir, layer=6, seed=2)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def steer_vector(policy_dir) -> torch.Tensor:
+    from safetensors.torch import load_file
+
+    return load_file(str(policy_dir / "artifacts" / "steer.safetensors"))["vector"]
+
+
+@pytest.fixture(scope="session")
+def guarded(smollm2_dir, policy_dir):
+    from innerguard.engine.guarded import GuardedLLM
+
+    llm = GuardedLLM(smollm2_dir, policy_dir)
+    yield llm
+    llm.shutdown()
+
+
+@pytest.fixture(scope="session")
+def reference(smollm2_dir):
+    from innerguard.engine.reference.model import load_reference_model
+
+    return load_reference_model(smollm2_dir)
