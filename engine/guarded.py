@@ -102,13 +102,9 @@ class GuardedLLM:
 
     def install(self, plan: Plan) -> None:
         """Install ``plan`` in every worker and prove its hooks fire."""
-        try:
-            info = self.llm.collective_rpc("innerguard_install", args=(plan.to_dict(),))
-        except Exception as exc:
-            raise EngineStartError(f"innerguard could not install its hooks: {exc}") from None
-        self._self_check(info[0]["hook_points"])
+        info = install_plan(self.llm, plan)
         self.plan = plan
-        log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info[0]["runner"], hooks=len(info[0]["hook_points"]))
+        log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info["runner"], hooks=len(info["hook_points"]))
 
     def reload(self, policies) -> Plan:
         """Swap in new policies without restarting. A policy set that does not
@@ -116,20 +112,6 @@ class GuardedLLM:
         plan = policies if isinstance(policies, Plan) else self.compile(policies)
         self.install(plan)
         return plan
-
-    def _self_check(self, hook_points: Sequence[str]) -> None:
-        from vllm import SamplingParams
-
-        self.llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})
-        self.llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=1), use_tqdm=False)
-        calls = self.llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})[0]
-        silent = [p for p in hook_points if not calls.get(p)]
-        if silent:
-            raise EngineStartError(
-                f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
-                "(is the engine running compiled graphs?)",
-                hint="run vLLM eager (enforce_eager=True); innerguard refuses to serve with a silent guard",
-            )
 
     # -- requests -------------------------------------------------------------
     def chat(self, conversations, sampling_params=None, *, policies: Sequence[str] | None = None, use_tqdm: bool = False) -> list[GuardedOutput]:
@@ -227,6 +209,30 @@ class GuardedLLM:
         shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if shutdown:
             shutdown()
+
+
+def install_plan(llm, plan: Plan) -> dict[str, Any]:
+    """Install ``plan`` in the workers of a ``vllm.LLM`` started with
+    ``worker_extension_cls=EXTENSION``, then prove every hook fires: one tiny
+    forward pass must reach each hook point, or the engine is refused."""
+    from vllm import SamplingParams
+
+    try:
+        info = llm.collective_rpc("innerguard_install", args=(plan.to_dict(),))[0]
+    except Exception as exc:
+        raise EngineStartError(f"innerguard could not install its hooks: {exc}") from None
+    llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})
+    llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=1), use_tqdm=False)
+    calls = llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})[0]
+    silent = [p for p in info["hook_points"] if not calls.get(p)]
+    if silent:
+        llm.collective_rpc("innerguard_uninstall")
+        raise EngineStartError(
+            f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
+            "(is the engine running compiled graphs?)",
+            hint="run vLLM eager (enforce_eager=True); innerguard refuses to serve with a silent guard",
+        )
+    return info
 
 
 def _undecided(prepared: PreparedRequest) -> dict[str, Any]:
