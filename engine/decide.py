@@ -145,10 +145,18 @@ Fn = Callable[[Mapping[str, Any]], Any]
 _CMP = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 
 
-def _failed(value: Any) -> bool:
-    if value is None or isinstance(value, (SignalError, BaseException)):
-        return True
-    return isinstance(value, float) and math.isnan(value)
+def _failed(value: Any, kind: str = "scalar") -> bool:
+    """A value the analyzer should not have produced for this use: missing,
+    an error, NaN, or the wrong shape (a list where a number is read)."""
+    if kind == "vector":
+        v = _vector_value(value)
+        return v is None or any(_failed(x) for x in v)
+    t = value.__class__
+    if t is float:
+        return value != value
+    if t is bool or t is int:
+        return False
+    return value is None or _scalar_slow(value) is None
 
 
 def _scalar_slow(v: Any) -> Any:
@@ -175,15 +183,24 @@ def _scalar(key: str) -> Fn:
     return value
 
 
+def _vector_value(v: Any) -> list | tuple | None:
+    if v.__class__ is list or v.__class__ is tuple:
+        return v
+    if v is None or isinstance(v, (SignalError, BaseException, str, bytes, dict)):
+        return None
+    tolist = getattr(v, "tolist", None)  # numpy arrays, tensors
+    if tolist is None:
+        return None
+    out = tolist()
+    return out if isinstance(out, list) else None
+
+
 def _vector(key: str) -> Fn:
     def value(s):
         v = s.get(key)
         if v.__class__ is list or v.__class__ is tuple:
             return v
-        if v is None or isinstance(v, (SignalError, BaseException, str, bytes, dict)):
-            return None
-        tolist = getattr(v, "tolist", None)  # numpy arrays, tensors
-        return tolist() if tolist else None
+        return _vector_value(v)
     return value
 
 
@@ -196,6 +213,8 @@ def _aggregate(fn: str, key: str) -> Fn:
         if not v:
             return None  # failed, or no documents: unknown
         try:
+            if any(x != x for x in v):  # NaN: the analyzer failed
+                return None
             r = float(reduce(v))
         except (TypeError, ValueError):
             return None
@@ -212,6 +231,8 @@ def _quantified(fn: str, key: str, cmp: str, threshold: float) -> Fn:
         if v is None:
             return None
         try:
+            if any(x != x for x in v):
+                return None
             n = sum(1 for x in v if test(x, threshold))
         except TypeError:
             return None
@@ -285,13 +306,14 @@ def _compile(node: Mapping[str, Any], qualify: Callable[[str], str]) -> Fn:
     raise ValueError(f"unknown condition operator {op!r}")
 
 
-def condition_signals(node: Mapping[str, Any]) -> list[str]:
-    """Short or qualified signal names a condition tree reads."""
+def condition_signals(node: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, "scalar" | "vector") for every signal a condition tree reads;
+    names as written (short or qualified)."""
     if "name" in node:
-        return [node["name"]]
+        return [(node["name"], "scalar")]
     if "signal" in node:
-        return [node["signal"]]
-    out: list[str] = []
+        return [(node["signal"], "vector")]
+    out: list[tuple[str, str]] = []
     for arg in node.get("args", ()):
         out += condition_signals(arg)
     return out
@@ -312,7 +334,7 @@ class _Rule:
     index: int
     params: Mapping[str, Any]
     test: Fn
-    signals: tuple[str, ...]  # qualified
+    signals: tuple[tuple[str, str], ...]  # (qualified name, "scalar" | "vector")
 
 
 class _Policy:
@@ -327,12 +349,12 @@ class _Policy:
             rules.append(_Rule(
                 id=rule.id, action=rule.action, priority=int(params.get("priority", 0)), index=index,
                 params=params, test=_compile(rule.condition, qualify),
-                signals=tuple(dict.fromkeys(qualify(n) for n in condition_signals(rule.condition))),
+                signals=tuple(dict.fromkeys((qualify(n), kind) for n, kind in condition_signals(rule.condition))),
             ))
         self.rules = tuple(rules)
         read = list(program.signals)
         for rule in rules:
-            read += [s for s in rule.signals if s not in read]
+            read += [s for s, _ in rule.signals if s not in read]
         self.signals = tuple(read)
         prefix = program.name + "."
         self.short = {s: s[len(prefix):] if s.startswith(prefix) else s for s in self.signals}
@@ -386,7 +408,7 @@ class Evaluator:
         for rule in policy.rules:
             result = rule.test(signals)
             if result is None:
-                failed = [s for s in rule.signals if _failed(signals.get(s))]
+                failed = [s for s, kind in rule.signals if _failed(signals.get(s), kind)]
                 if failed:
                     errors.append((rule, failed))
             elif result:

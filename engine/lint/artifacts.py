@@ -78,25 +78,31 @@ def check_location(ref: ArtifactRef, root: Path) -> tuple[str, str] | None:
 def read_header(path: Path) -> Header | tuple[str, str]:
     """The safetensors header, or (rule, message) saying why not."""
     suffix = path.suffix.lower()
+    if suffix in PICKLE_SUFFIXES:
+        return "IG504", f"artifact {path.name} is a {suffix} file; pickled formats are refused (they can run code when loaded): convert it to safetensors"
     try:
         with open(path, "rb") as fh:
             head = fh.read(8)
-            if head[:1] == b"\x80" or head[:4] == b"PK\x03\x04" or suffix in PICKLE_SUFFIXES:
-                kind = "a pickle" if head[:1] == b"\x80" else "a torch.save/zip archive" if head[:4] == b"PK\x03\x04" else f"a {suffix} file"
-                return "IG504", f"artifact {path.name} is {kind}; pickled formats are refused (they can run code when loaded): convert it to safetensors"
-            if suffix != ".safetensors":
-                return "IG504", f"artifact {path.name} is not a .safetensors file; only safetensors artifacts are accepted"
-            if len(head) < 8:
-                return "IG505", f"artifact {path.name} is truncated ({len(head)} bytes)"
-            (n,) = struct.unpack("<Q", head)
             size = os.fstat(fh.fileno()).st_size
-            if n > MAX_HEADER or n + 8 > size:
-                return "IG505", f"artifact {path.name} has an invalid safetensors header (length {n}, file {size} bytes)"
-            header = json.loads(fh.read(n).decode("utf-8"))
+            n = struct.unpack("<Q", head)[0] if len(head) == 8 else -1
+            raw = fh.read(n) if 0 < n <= MAX_HEADER and n + 8 <= size else b""
     except IsADirectoryError:
         return "IG505", f"artifact {path.name} is a folder, not a file"
     except OSError as exc:
         return "IG505", f"artifact {path.name} cannot be read: {exc.strerror or exc}"
+    # Sniff pickles only when the file is not a safetensors file: a header
+    # length can begin with the byte 0x80 too.
+    if not raw.startswith(b"{"):
+        if head[:1] == b"\x80" or head[:4] == b"PK\x03\x04":
+            kind = "a pickle" if head[:1] == b"\x80" else "a torch.save/zip archive"
+            return "IG504", f"artifact {path.name} is {kind}; pickled formats are refused (they can run code when loaded): convert it to safetensors"
+        if len(head) < 8:
+            return "IG505", f"artifact {path.name} is truncated ({size} bytes)"
+        return "IG505", f"artifact {path.name} is not a valid safetensors file (its header length field is wrong)"
+    if suffix != ".safetensors":
+        return "IG504", f"artifact {path.name} is not named *.safetensors; only safetensors artifacts are accepted"
+    try:
+        header = json.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return "IG505", f"artifact {path.name} has an unreadable safetensors header (not JSON)"
     if not isinstance(header, dict):

@@ -41,6 +41,8 @@ class _PolicyChecker:
         self.check_spans()
         self.check_signals()
         self.check_rules()
+        if any(rule.condition is None for rule in self.policy.rules):
+            return  # a condition that did not parse may use any signal
         for name in self.signals:
             if name not in self.used:
                 self.add("IG209", f"signal {name!r} is defined but no rule uses it", ("signals", name), key=True)

@@ -96,6 +96,8 @@ def _translate(error: ValidationError, marks: Marks) -> list[Finding]:
     if kind == "propertyNames":
         key = error.instance
         return [make("IG105", f"name {key!r} in {where} is not allowed: use letters, digits and '_' (start with a letter)", marks.at(path + (key,), key=True))]
+    if kind == "pattern" and "propertyNames" in error.schema_path:
+        return [make("IG105", f"name {error.instance!r} in {where} is not allowed: {'names are identifiers (letters, digits, _; not starting with a digit)' if path[-1:] == ('signals',) else 'use letters, digits, _, ., - and /'}", marks.at(path + (error.instance,), key=True))]
     if kind == "pattern" and error.validator_value == _NAME_PATTERN:
         return [make("IG105", f"{where} {error.instance!r} is not a valid name: use lowercase letters, digits and '-' (at most 64, not starting or ending with '-')", marks.at(path))]
     if kind == "pattern":

@@ -111,6 +111,8 @@ def load_document(raw: bytes, file: str) -> tuple[Document | None, list[Finding]
         if findings and any(f.location.line == where.line for f in findings):
             return None, findings  # the tab is the syntax error; say it once
         problem = " ".join(str(part) for part in (exc.context, exc.problem) if part)
+        if "nesting depth" in problem:  # libyaml's own limit, hit while scanning ahead
+            return None, findings + [make("IG009", f"nesting deeper than {MAX_DEPTH} levels; a policy never needs that", where)]
         return None, findings + [make("IG005", f"YAML syntax error: {problem}", where)]
     except yaml.YAMLError as exc:
         return None, findings + [make("IG005", f"YAML error: {str(exc).splitlines()[0]}", loc)]

@@ -1,0 +1,257 @@
+"""Each seeded defect is reported with the right rule id at the right line.
+
+Every case is a whole policy (most start with HEAD, lines 1-8), the rule id
+the linter must report, and the 1-based line it must point at.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from conftest import HIDDEN, write_heads, write_vector
+from innerguard.engine.lint import lint_paths
+
+HEAD = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata:
+  name: demo
+  version: "1"
+spans:
+  trusted: {roles: [system]}
+  untrusted: {roles: [user]}
+"""  # 8 lines: bodies start at line 9
+
+FOCUS = """\
+signals:
+  focus:
+    analyzer: attention_tracker
+    heads: [[1, 2]]
+"""  # lines 9-12: rules start at line 13
+
+
+@dataclass
+class Case:
+    id: str
+    text: str
+    rule: str
+    line: int
+    setup: Callable[[Path], None] | None = None
+    model: str | None = None
+    extra_files: dict[str, str] = field(default_factory=dict)
+
+
+def rules(*body: str) -> str:
+    return HEAD + FOCUS + "rules:\n" + "".join(body)  # first rule item at line 14
+
+
+BLOCK_LOW = "  - id: low\n    when: focus < 0.4\n    action: block\n"  # 3 lines
+
+
+def vec(name="artifacts/v.safetensors", **kw):
+    def setup(folder: Path) -> None:
+        write_vector(folder / name, **kw)
+    return setup
+
+
+CASES = [
+    # ---- schema -----------------------------------------------------------
+    Case("unknown-top-key", HEAD + "modee: enforce\n" + FOCUS.replace("signals", "signals", 1) + "rules:\n" + BLOCK_LOW, "IG101", 9),
+    Case("unknown-metadata-key", HEAD.replace('  version: "1"\n', '  version: "1"\n  ownr: me\n'), "IG101", 6),
+    Case("missing-version", HEAD.replace('  version: "1"\n', "") + FOCUS + "rules:\n" + BLOCK_LOW, "IG102", 3),
+    Case("missing-rules", HEAD + FOCUS, "IG102", 1),
+    Case("priority-wrong-type", HEAD + "priority: high\n" + FOCUS + "rules:\n" + BLOCK_LOW, "IG103", 9),
+    Case("mode-not-allowed", HEAD + "mode: enforcing\n" + FOCUS + "rules:\n" + BLOCK_LOW, "IG104", 9),
+    Case("api-version", HEAD.replace("innerguard/v1", "innerguard/v2") + FOCUS + "rules:\n" + BLOCK_LOW, "IG104", 1),
+    Case("bad-policy-name", HEAD.replace("name: demo", "name: Demo_Policy") + FOCUS + "rules:\n" + BLOCK_LOW, "IG105", 4),
+    Case("empty-rules", HEAD + FOCUS + "rules: []\n", "IG105", 13),
+    Case("bad-signal-name", HEAD + "signals:\n  bad-name:\n    analyzer: text\n    pattern: x\nrules:\n" + BLOCK_LOW, "IG105", 10),
+    Case("signal-unknown-key", HEAD + FOCUS + "    threshhold: 0.4\nrules:\n" + BLOCK_LOW, "IG101", 13),
+    Case("unknown-analyzer", HEAD + "signals:\n  focus:\n    analyzer: attention\n    heads: [[1, 2]]\nrules:\n" + BLOCK_LOW, "IG104", 11),
+    Case("heads-not-list", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: 3\nrules:\n" + BLOCK_LOW, "IG103", 12),
+    Case("unknown-action", rules("  - id: r\n    when: focus < 0.4\n    action: blok\n"), "IG104", 16),
+    Case("rule-missing-when", rules("  - id: r\n    action: block\n"), "IG102", 14),
+    Case("steer-unknown-key", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n      coeficient: 2\n"), "IG101", 20, setup=vec(layer=1)),
+    # ---- conditions --------------------------------------------------------
+    Case("condition-syntax", rules("  - id: r\n    when: focus <\n    action: block\n"), "IG201", 15),
+    Case("chained-comparison", rules("  - id: r\n    when: 0.2 < focus < 0.5\n    action: block\n"), "IG201", 15),
+    Case("unknown-function", rules("  - id: r\n    when: median(focus) < 0.5\n    action: block\n"), "IG201", 15),
+    Case("undefined-signal", rules("  - id: r\n    when: fokus < 0.4\n    action: block\n"), "IG202", 15),
+    Case("numeric-as-boolean", rules("  - id: r\n    when: focus\n    action: block\n"), "IG203", 15),
+    Case("number-in-and", rules("  - id: r\n    when: focus and focus < 0.3\n    action: block\n"), "IG203", 15),
+    Case("aggregate-on-scalar", rules("  - id: r\n    when: max(focus) < 0.4\n    action: block\n"), "IG203", 15),
+    Case("threshold-out-of-range", rules("  - id: r\n    when: focus < 1.5\n    action: block\n"), "IG204", 15),
+    Case("never-fires-below-range", rules("  - id: r\n    when: focus < 0\n    action: block\n"), "IG205", 15),
+    Case("never-fires-above-range", rules("  - id: r\n    when: focus > 1\n    action: block\n"), "IG205", 15),
+    Case("contradiction", rules("  - id: r\n    when: focus < 0.2 and focus > 0.5\n    action: block\n"), "IG205", 15),
+    Case("when-false", rules("  - id: r\n    when: false\n    action: block\n"), "IG205", 15),
+    Case("always-fires", rules("  - id: r\n    when: focus >= 0 or focus < 0.5\n    action: flag\n"), "IG206", 15),
+    Case("shadowed-by-block", rules(BLOCK_LOW, "  - id: lower\n    when: focus < 0.2\n    action: flag\n"), "IG207", 18),
+    Case("duplicate-rule-id", rules(BLOCK_LOW, "  - id: low\n    when: focus > 0.9\n    action: flag\n"), "IG208", 17),
+    Case("unused-signal", HEAD + FOCUS + "  spare:\n    analyzer: text\n    keywords: [x]\nrules:\n" + BLOCK_LOW, "IG209", 13),
+    Case("duplicate-rule", rules("  - id: a\n    when: focus > 0.9\n    action: flag\n", "  - id: b\n    when: focus > 0.9\n    action: flag\n"), "IG212", 18),
+    # ---- actions, templates ---------------------------------------------------
+    Case("steer-without-params", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n"), "IG210", 16),
+    Case("steer-params-on-flag", rules("  - id: f\n    when: focus < 0.4\n    action: flag\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n"), "IG210", 17, setup=vec(layer=1)),
+    Case("message-on-steer", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n    message: hi\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n"), "IG210", 17, setup=vec(layer=1)),
+    Case("rerank-without-reranker", rules("  - id: r\n    when: focus < 0.4\n    action: rerank\n"), "IG210", 16),
+    Case("steer-layer-and-layers", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n      layers: [1, 2]\n"), "IG105", 20, setup=vec(layer=1)),
+    Case("drop-without-threshold", HEAD + "signals:\n  rel:\n    analyzer: reranker\n    documents: {roles: [tool]}\nrules:\n  - id: d\n    when: max(rel) < 0.5\n    action: drop_documents\n    drop_documents: {}\n", "IG102", 17),
+    Case("template-syntax", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ policy.name \"\n"), "IG301", 17),
+    Case("template-undocumented-variable", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ request.prompt }}\"\n"), "IG302", 17),
+    Case("template-dunder", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ policy.__class__ }}\"\n"), "IG302", 17),
+    Case("template-unknown-signal", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ signals.fokus }}\"\n"), "IG303", 17),
+    Case("steer-method-conflict", rules(
+        "  - id: a\n    when: focus < 0.4\n    action: steer\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n      method: add\n",
+        "  - id: b\n    when: focus < 0.3\n    action: steer\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n      method: project\n"), "IG304", 27, setup=vec(layer=1)),
+    # ---- spans ------------------------------------------------------------------
+    Case("span-without-roles", HEAD.replace("trusted: {roles: [system]}", "trusted: {}") + FOCUS + "rules:\n" + BLOCK_LOW, "IG102", 7),
+    Case("span-begin-without-end", HEAD.replace("untrusted: {roles: [user]}", "untrusted: {begin: '<data>'}") + FOCUS + "rules:\n" + BLOCK_LOW, "IG102", 8),
+    Case("tracker-without-spans", "apiVersion: innerguard/v1\nkind: Policy\nmetadata:\n  name: demo\n  version: '1'\nsignals:\n  focus:\n    analyzer: attention_tracker\n    heads: [[1, 2]]\nrules:\n" + BLOCK_LOW, "IG102", 7),
+    Case("text-without-pattern", HEAD + "signals:\n  phrase:\n    analyzer: text\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG102", 10),
+    Case("text-span-undefined", "apiVersion: innerguard/v1\nkind: Policy\nmetadata:\n  name: demo\n  version: '1'\nsignals:\n  phrase:\n    analyzer: text\n    keywords: [x]\n    span: untrusted\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG102", 10),
+    # ---- regular expressions ----------------------------------------------------
+    Case("regex-invalid", HEAD + "signals:\n  phrase:\n    analyzer: text\n    pattern: \"ignore (previous\"\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG401", 12),
+    Case("regex-backreference", HEAD + "signals:\n  phrase:\n    analyzer: text\n    pattern: '(\\w+) \\1'\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG402", 12),
+    Case("regex-lookahead", HEAD + "signals:\n  phrase:\n    analyzer: text\n    pattern: 'ignore(?= previous)'\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG402", 12),
+    Case("regex-nested-quantifier", HEAD + "signals:\n  phrase:\n    analyzer: text\n    pattern: '(\\w+\\s?)+!'\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG403", 12),
+    Case("regex-empty-match", HEAD + "signals:\n  phrase:\n    analyzer: text\n    pattern: '(ignore)?'\nrules:\n  - id: r\n    when: phrase\n    action: flag\n", "IG404", 12),
+]
+
+
+def probe_policy(artifact: str, extra: str = "", when: str = "topic > 0.5", layer: int = 8) -> str:
+    return HEAD + (
+        "signals:\n  topic:\n    analyzer: probe\n"
+        f"    layer: {layer}\n    vector:\n      artifact: {artifact}\n{extra}"  # artifact at line 14
+        f"rules:\n  - id: r\n    when: {when}\n    action: flag\n"
+    )
+
+
+def heads_policy(artifact: str, key: str = "heads") -> str:
+    return HEAD + (
+        "signals:\n  focus:\n    analyzer: attention_tracker\n    heads:\n"
+        f"      artifact: {artifact}\n      key: {key}\n"  # artifact at line 13, key at 14
+        "rules:\n" + BLOCK_LOW.replace("  - id", "  - id", 1)
+    )
+
+
+def _pickle(folder: Path) -> None:
+    (folder / "artifacts").mkdir()
+    (folder / "artifacts" / "v.pt").write_bytes(b"\x80\x04\x95" + b"\x00" * 40)
+
+
+def _corrupt(folder: Path) -> None:
+    (folder / "artifacts").mkdir()
+    (folder / "artifacts" / "v.safetensors").write_bytes(b"\xff" * 8 + b"{}")
+
+
+CASES += [
+    # ---- artifacts --------------------------------------------------------------
+    Case("artifact-missing", probe_policy("artifacts/v.safetensors"), "IG501", 14),
+    Case("artifact-dotdot", probe_policy("../v.safetensors"), "IG502", 14),
+    Case("artifact-absolute", probe_policy("/etc/v.safetensors"), "IG502", 14),
+    Case("artifact-pickle", probe_policy("artifacts/v.pt"), "IG504", 14, setup=_pickle),
+    Case("artifact-corrupt", probe_policy("artifacts/v.safetensors"), "IG505", 14, setup=_corrupt),
+    Case("artifact-missing-tensor", probe_policy("artifacts/v.safetensors", "      key: direction\n"), "IG506", 15, setup=vec()),
+    Case("artifact-vector-2d", probe_policy("artifacts/v.safetensors"), "IG507", 14, setup=vec(size=HIDDEN, shape=(2, HIDDEN // 2))),
+    Case("artifact-heads-float", heads_policy("artifacts/h.safetensors"), "IG507", 13, setup=lambda f: write_heads(f / "artifacts/h.safetensors", dtype=np.float32)),
+    Case("artifact-no-metadata", probe_policy("artifacts/v.safetensors"), "IG508", 14, setup=vec(metadata={})),
+    Case("artifact-other-model", probe_policy("artifacts/v.safetensors").replace("spans:", "model: smollm2-135m-instruct\nspans:"), "IG509", 15,
+         setup=vec(metadata={"model_name": "Qwen/Qwen2.5-1.5B-Instruct", "hidden_size": str(HIDDEN), "layer": "8"})),
+    Case("artifact-vector-length", probe_policy("artifacts/v.safetensors"), "IG510", 14, setup=vec(size=100, metadata={"model_name": "x", "hidden_size": "576", "layer": "8"})),
+    Case("artifact-heads-out-of-range", heads_policy("artifacts/h.safetensors"), "IG511", 13, setup=lambda f: write_heads(f / "artifacts/h.safetensors", heads=[[1, 2], [31, 0]])),
+    Case("artifact-other-layer", probe_policy("artifacts/v.safetensors", layer=3), "IG305", 14, setup=vec(layer=8)),
+    # ---- model geometry (with --model) --------------------------------------------
+    Case("model-head-out-of-range", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: [[1, 2], [3, 9]]\nrules:\n" + BLOCK_LOW, "IG511", 12, model="smollm2-135m-instruct"),
+    Case("model-layer-out-of-range", probe_policy("artifacts/v.safetensors", layer=30), "IG601", 12, setup=vec(layer=30), model="smollm2-135m-instruct"),
+    Case("model-vector-length", probe_policy("artifacts/v.safetensors"), "IG510", 14, setup=vec(size=64, metadata={"model_name": "smollm2-135m-instruct", "layer": "8"}), model="smollm2-135m-instruct"),
+    Case("model-unavailable", HEAD.replace("spans:", "model: no-such-model-here\nspans:") + FOCUS + "rules:\n" + BLOCK_LOW, "IG602", 6),
+    Case("model-differs", HEAD.replace("spans:", "model: llama-3-8b\nspans:") + FOCUS + "rules:\n" + BLOCK_LOW, "IG603", 6, model="smollm2-135m-instruct"),
+    # ---- reading the file -----------------------------------------------------------
+    Case("yaml-syntax", HEAD + "signals: [\n", "IG005", 10),
+    Case("yaml-python-tag", HEAD + "priority: !!python/object:os.system 1\n", "IG005", 9),
+    Case("yaml-tabs", HEAD + "signals:\n\tfocus: 1\n", "IG006", 10),
+    Case("yaml-duplicate-key", HEAD + FOCUS + "rules:\n" + BLOCK_LOW + "mode: shadow\nmode: enforce\n", "IG007", 18),
+    Case("yaml-duplicate-nested-key", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: [[1, 2]]\n    heads: [[3, 4]]\nrules:\n" + BLOCK_LOW, "IG007", 13),
+    Case("yaml-two-documents", HEAD + "---\napiVersion: innerguard/v1\n", "IG010", 9),
+    Case("yaml-empty", "# only a comment\n\n", "IG003", 1),
+    Case("yaml-not-mapping", "- a\n- b\n", "IG103", 1),
+    Case("yaml-dangling-alias", HEAD + "mode: *nothing\n", "IG005", 9),
+]
+
+
+def _run(case: Case, write_policy, model_dir=None):
+    path = write_policy(case.text)
+    if case.setup:
+        case.setup(path.parent)
+    return lint_paths([path], model=case.model)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_defect_is_reported_at_its_line(case: Case, write_policy, request):
+    if case.model:
+        request.getfixturevalue("model_dir")
+    report = _run(case, write_policy)
+    shown = "\n".join(map(str, report.findings))
+    assert any(f.rule == case.rule and f.location.line == case.line for f in report.findings), (
+        f"expected {case.rule} at line {case.line}, got:\n{shown}"
+    )
+
+
+def test_there_are_at_least_forty_distinct_bad_policies():
+    assert len({c.text for c in CASES}) >= 40
+    assert len({c.rule for c in CASES}) >= 40
+
+
+def test_symlink_escaping_the_policy_folder(tmp_path, write_policy):
+    outside = write_vector(tmp_path / "outside" / "v.safetensors")
+    path = write_policy(probe_policy("artifacts/v.safetensors"))
+    (path.parent / "artifacts").mkdir()
+    os.symlink(outside, path.parent / "artifacts" / "v.safetensors")
+    report = lint_paths([path])
+    assert [(f.rule, f.location.line) for f in report.findings if f.rule.startswith("IG5")] == [("IG503", 14)]
+
+
+def test_symlinked_folder_escaping_the_policy_folder(tmp_path, write_policy):
+    write_vector(tmp_path / "elsewhere" / "v.safetensors")
+    path = write_policy(probe_policy("artifacts/v.safetensors"))
+    os.symlink(tmp_path / "elsewhere", path.parent / "artifacts")
+    assert any(f.rule == "IG503" for f in lint_paths([path]).findings)
+
+
+def test_symlink_inside_the_policy_folder_is_fine(write_policy):
+    path = write_policy(probe_policy("artifacts/v.safetensors"))
+    write_vector(path.parent / "store" / "real.safetensors")
+    (path.parent / "artifacts").mkdir()
+    os.symlink(path.parent / "store" / "real.safetensors", path.parent / "artifacts" / "v.safetensors")
+    assert lint_paths([path]).errors == 0
+
+
+def test_duplicate_policy_names_across_files(write_policy, tmp_path):
+    text = HEAD + FOCUS + "rules:\n" + BLOCK_LOW
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "a.yaml").write_text(text)
+    (folder / "b.yaml").write_text(text)
+    report = lint_paths([folder])
+    assert [(f.rule, Path(f.location.file).name, f.location.line) for f in report.findings] == [("IG701", "b.yaml", 4)]
+
+
+def test_steer_conflict_across_policies(tmp_path):
+    folder = tmp_path / "set"
+    write_vector(folder / "artifacts" / "v.safetensors", layer=1)
+    for name, method in (("a", "add"), ("b", "project")):
+        (folder / f"{name}.yaml").write_text(HEAD.replace("name: demo", f"name: {name}") + FOCUS + "rules:\n" + (
+            f"  - id: s\n    when: focus < 0.4\n    action: steer\n    steer:\n      vector: {{artifact: artifacts/v.safetensors}}\n      layer: 1\n      method: {method}\n"))
+    report = lint_paths([folder])
+    assert [(f.rule, Path(f.location.file).name, f.location.line) for f in report.findings] == [("IG304", "b.yaml", 20)]
+
+
+def test_empty_folder_reports_no_policies(tmp_path):
+    report = lint_paths([tmp_path])
+    assert [f.rule for f in report.findings] == ["IG011"]
