@@ -174,6 +174,9 @@ class _PolicyChecker:
             name = e.name if isinstance(e, c.Signal) else e.signal
             signal = self.signals.get(name)
             if signal is None:
+                import difflib
+
+                self.used.update(difflib.get_close_matches(name, list(self.signals), n=1, cutoff=0.6))  # meant, not unused
                 self.add("IG202", f"rule {rule.id!r}: signal {name!r} is not defined{did_you_mean(name, self.signals)}", when, **at(e.offset))
                 return None
             if isinstance(e, c.Signal):

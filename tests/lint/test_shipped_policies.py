@@ -1,0 +1,81 @@
+"""The shipped policies lint clean (with and without the model) once their
+artifacts exist, and mean what they say when evaluated."""
+from __future__ import annotations
+
+import json
+
+from innerguard.engine.decide import Evaluator
+from innerguard.engine.lint import lint_paths
+from innerguard.engine.plan import PolicyProgram
+from innerguard.engine.policy import load_policy_set
+from conftest import POLICIES
+
+
+def test_every_shipped_policy_declares_the_schema():
+    for path in POLICIES.glob("*.yaml"):
+        assert path.read_text().splitlines()[0] == "# yaml-language-server: $schema=../schemas/policy.schema.json"
+
+
+def test_shipped_policies_lint_clean_without_a_model(shipped):
+    report = lint_paths([shipped])
+    assert [str(f) for f in report.findings if f.rule != "IG602"] == []
+    assert len(report.files) == 3
+
+
+def test_shipped_policies_lint_clean_with_the_model(shipped, model_dir):
+    for model in (str(model_dir), "smollm2-135m-instruct"):
+        assert [str(f) for f in lint_paths([shipped], model=model).findings] == []
+
+
+def test_missing_artifacts_name_the_script_that_makes_them(tmp_path):
+    import shutil
+
+    for f in POLICIES.glob("*.yaml"):
+        shutil.copy(f, tmp_path / f.name)
+    report = lint_paths([tmp_path])
+    missing = [f for f in report.findings if f.rule == "IG501"]
+    assert missing and all("scripts/make_artifacts.py" in f.message for f in missing)
+
+
+def test_policy_objects_keep_source_revision_and_compile_to_programs(shipped):
+    policies, findings = load_policy_set([shipped])
+    assert [f for f in findings if f.severity.value == "error"] == []
+    names = sorted(p.name for p in policies)
+    assert names == ["medical-topic-steer", "prompt-injection", "rag-relevance"]
+    injection = policies.by_name("prompt-injection")
+    import hashlib
+
+    assert injection.revision == hashlib.sha256(injection.source.read_bytes()).hexdigest()
+    program = injection.to_program()
+    assert isinstance(program, PolicyProgram)
+    assert program.signals == ("prompt-injection.focus", "prompt-injection.override_phrase")
+    json.dumps([p.__dict__ for p in policies.programs()], default=lambda o: o.__dict__)  # plain data
+    focus = injection.signal("focus")
+    assert focus.analyzer == "attention_tracker"
+    assert focus.params()["heads"]["artifact"]["path"].endswith("injection-heads.safetensors")
+    steer_rule = policies.by_name("medical-topic-steer").rules[0]
+    assert steer_rule.steer.layers == (8,) and steer_rule.steer.method == "add"
+    assert steer_rule.params("medical-topic-steer")["steer"] == "medical-topic-steer/steer-cautious"
+
+
+def test_shipped_policies_decide_as_documented(shipped):
+    policies, _ = load_policy_set([shipped])
+    evaluator = Evaluator(policies.programs())
+    benign = {
+        "prompt-injection.focus": 0.8, "prompt-injection.override_phrase": False,
+        "medical-topic-steer.medical": 0.1, "rag-relevance.relevance": [0.7, 0.2],
+    }
+    v = evaluator.evaluate(benign, {"tags": ["rag"]})
+    assert v.action == "rerank"
+    injected = {**benign, "prompt-injection.focus": 0.2, "prompt-injection.override_phrase": True}
+    v = evaluator.evaluate(injected, {"tags": ["rag"]})
+    assert (v.action, v.policy, v.rule) == ("block", "prompt-injection", "block-distracted-attention")
+    assert "focus 0.20" in v.message and "prompt-injection 1.0.0" in v.message
+    medical = {**benign, "medical-topic-steer.medical": 0.6}
+    v = evaluator.evaluate(medical)  # no rag tag: rag-relevance does not apply
+    assert v.action == "allow" and v.steers == ()  # shipped in shadow mode
+    (d,) = [d for d in v.decisions if d.policy == "medical-topic-steer"]
+    assert (d.action, d.applied) == ("steer", False)
+    ungrounded = {**benign, "rag-relevance.relevance": [0.1, 0.05]}
+    v = evaluator.evaluate(ungrounded, {"tags": ["rag"]})
+    assert [h.rule for h in v.flags] == ["flag-ungrounded"]
