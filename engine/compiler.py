@@ -72,7 +72,7 @@ def compile_policies(paths: Iterable[str | os.PathLike], model_dir: str | os.Pat
     if errors:
         first = errors[0]
         more = f" (and {len(errors) - 1} more; run 'innerguard lint')" if len(errors) > 1 else ""
-        raise CompileError(f"policies do not lint clean: {first.format()}{more}", errors)
+        raise CompileError(f"policies do not lint clean: {first}{more}", errors)
     if not len(report.policies):
         raise CompileError("no policies to compile", hint="pass a folder with *.yaml policy files")
     return build_plan(report.policies, geometry)
