@@ -219,7 +219,7 @@ def markdown() -> str:
     lines = [
         "# innerguard lint rules",
         "",
-        "Generated from `innerguard/engine/lint/registry.py` "
+        "Generated from `engine/lint/registry.py` "
         "(`python -m innerguard.engine.lint.registry > docs/lint-rules.md`). "
         "`innerguard lint --explain ID` prints one entry.",
         "",

@@ -112,3 +112,10 @@ def test_pre_commit_hook_definition_runs_the_linter():
 
     hooks = yaml.safe_load((Path(__file__).resolve().parents[2] / ".pre-commit-hooks.yaml").read_text())
     assert hooks[0]["id"] == "innerguard-lint" and hooks[0]["entry"] == "innerguard lint"
+
+
+def test_lint_rules_doc_is_generated_from_the_registry():
+    from innerguard.engine.lint.registry import markdown
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "lint-rules.md"
+    assert doc.read_text() == markdown(), "regenerate: python -m innerguard.engine.lint.registry > docs/lint-rules.md"
