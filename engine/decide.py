@@ -44,7 +44,7 @@ import math
 import operator
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from jinja2 import StrictUndefined
+from jinja2 import StrictUndefined, Template, UndefinedError
 from jinja2.sandbox import SandboxedEnvironment
 
 from innerguard.engine.plan import PolicyProgram
@@ -88,6 +88,55 @@ _ENV = template_environment()
 _TEMPLATE_CACHE: dict[str, Any] = {}
 
 
+def _direct_renderer(template: str) -> Callable[[Mapping[str, Any]], str] | None:
+    """Most messages are text with ``{{ policy.name }}``-style lookups, maybe
+    piped through ``round(n)``. For those, skip Jinja's per-render machinery
+    (~8 µs) and join strings directly, with the same result: ``str()`` of the
+    dict item, ``round(value, n)``, and an ``UndefinedError`` for a missing
+    item. Anything else (other filters, tags, names) goes through Jinja."""
+    from jinja2 import nodes
+
+    try:
+        tree = _ENV.parse(template)
+    except Exception:
+        return None
+    parts: list[Any] = []
+    for node in tree.body:
+        if not isinstance(node, nodes.Output):
+            return None
+        for item in node.nodes:
+            if isinstance(item, nodes.TemplateData):
+                parts.append(item.data)
+                continue
+            precision = None
+            if isinstance(item, nodes.Filter) and item.name == "round" and not item.kwargs and item.dyn_args is None and item.dyn_kwargs is None:
+                if len(item.args) > 1 or (item.args and not (isinstance(item.args[0], nodes.Const) and type(item.args[0].value) is int)):
+                    return None
+                precision = item.args[0].value if item.args else 0
+                item = item.node
+            if not (isinstance(item, nodes.Getattr) and isinstance(item.node, nodes.Name)
+                    and item.node.name in TEMPLATE_VARIABLES and not item.attr.startswith("_") and not hasattr(dict, item.attr)):
+                return None
+            parts.append((item.node.name, item.attr, precision))
+
+    def render(variables: Mapping[str, Any]) -> str:
+        out = []
+        for part in parts:
+            if part.__class__ is str:
+                out.append(part)
+                continue
+            var, attr, precision = part
+            try:
+                value = variables[var][attr]
+            except (KeyError, TypeError):
+                raise UndefinedError(f"{var!r} has no attribute {attr!r}") from None
+            if precision is not None:
+                value = round(value, precision)  # Jinja's round(), method "common"
+            out.append(str(value))
+        return "".join(out)
+    return render
+
+
 def render_message(template: str, *, policy: Mapping[str, Any], rule: Mapping[str, Any], signals: Mapping[str, Any]) -> str:
     """Render a message template with only the documented variables. Raises
     jinja2 errors (``TemplateError``, ``SecurityError``, ``UndefinedError``)
@@ -96,13 +145,16 @@ def render_message(template: str, *, policy: Mapping[str, Any], rule: Mapping[st
     The context is built with ``shared=True``: the template sees exactly
     ``policy``, ``rule`` and ``signals`` and none of Jinja's default globals
     (range, cycler, namespace, ...). It also halves the rendering time."""
-    compiled = _TEMPLATE_CACHE.get(template)
-    if compiled is None:
+    cached = _TEMPLATE_CACHE.get(template)
+    if cached is None:
         if len(_TEMPLATE_CACHE) > 4096:
             _TEMPLATE_CACHE.clear()
-        compiled = _TEMPLATE_CACHE[template] = _ENV.from_string(template)
-    context = compiled.new_context({"policy": policy, "rule": rule, "signals": signals}, shared=True)
-    text = "".join(compiled.root_render_func(context))
+        cached = _TEMPLATE_CACHE[template] = _direct_renderer(template) or _ENV.from_string(template)
+    variables = {"policy": policy, "rule": rule, "signals": signals}
+    if not isinstance(cached, Template):
+        text = cached(variables)
+    else:
+        text = "".join(cached.root_render_func(cached.new_context(variables, shared=True)))
     return text if len(text) <= MAX_MESSAGE_CHARS else text[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
@@ -143,7 +195,7 @@ class Verdict(NamedTuple):
     rule: str | None
     message: str | None
     steers: tuple[RuleHit, ...]  # applied steer rules, in composition order
-    flags: tuple[RuleHit, ...]  # applied flags (including warn-mode ones)
+    flags: tuple[RuleHit, ...]  # applied flags (including warn-mode ones); params["message"] is rendered
     documents: tuple[RuleHit, ...]  # applied rerank / drop_documents rules
     decisions: tuple[Decision, ...]  # one per selected policy, shadow included
 
@@ -355,12 +407,13 @@ class _Rule:
 
 
 class _Policy:
-    __slots__ = ("program", "rules", "signals", "context", "selector", "short", "order", "applied", "warn", "fail_closed")
+    __slots__ = ("program", "rules", "by_id", "signals", "context", "selector", "short", "order", "applied", "warn", "fail_closed")
 
     def __init__(self, program: PolicyProgram):
         self.program = program
         qualify = lambda name: name if "." in name else f"{program.name}.{name}"  # noqa: E731
         self.rules = tuple(_Rule(program.name, i, r, qualify) for i, r in enumerate(program.rules))
+        self.by_id = {r.id: r for r in self.rules}
         read = list(program.signals)
         for rule in self.rules:
             read += [s for s, _ in rule.signals if s not in read]
@@ -397,6 +450,7 @@ class Evaluator:
         for order, policy in enumerate(sorted(policies, key=lambda p: (-p.program.priority, p.program.name))):
             policy.order = order
         self.policies = tuple(policies)
+        self._by_name = {p.program.name: p for p in policies}
 
     @property
     def signals(self) -> tuple[str, ...]:
@@ -466,6 +520,19 @@ class Evaluator:
         except Exception:  # a template that fails at request time must not fail the request
             return FALLBACK_MESSAGE.format(policy=name, rule=rule.id) if rule_action == "block" else None
 
+    def _rendered_flag(self, decision: Decision, hit: RuleHit) -> RuleHit:
+        """A flag hit whose ``params["message"]`` is the rendered message, not
+        the template."""
+        if not hit.params.get("message"):
+            return hit
+        if decision.rule == hit.rule and decision.action == "flag" and decision.message is not None:
+            message = decision.message
+        else:
+            policy = self._by_name[hit.policy]
+            rule = policy.by_id[hit.rule]
+            message = self._message(policy, rule, "flag", decision.signals, None)
+        return RuleHit(hit.policy, hit.rule, hit.action, hit.priority, {**hit.params, "message": message})
+
     def _combine(self, decisions: tuple[Decision, ...]) -> Verdict:
         winner = None
         best = (-1, 0)
@@ -489,7 +556,7 @@ class Evaluator:
                 if action == "steer":
                     steers.append((position, -hit.priority, hit))
                 elif action == "flag":
-                    flags.append(hit)
+                    flags.append(self._rendered_flag(d, hit))
                 elif action == "rerank" or action == "drop_documents":
                     documents.append(hit)
         if len(steers) > 1:

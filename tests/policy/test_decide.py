@@ -245,3 +245,41 @@ def test_decide_does_not_import_yaml_or_jsonschema():
 def test_nan_inside_a_vector_counts_as_failed():
     p = program("rag", rule("none", "max(rel) < 0.3", "flag"), on_error="fail-closed")
     assert evaluate([p], {"rag.rel": [0.1, float("nan")]}).action == "block"
+
+
+def test_flags_carry_rendered_messages_not_templates():
+    block = program("b", rule("x", "s > 0.5", "block", message="no"))
+    v = evaluate([FLAG, block], {"flag.topic": 0.9, "b.s": 1})
+    assert v.action == "block"
+    assert [h.params["message"] for h in v.flags] == ["topic 0.9"]
+    p = program("two", rule("a", "s > 0.5", "flag", message="a {{ rule.id }}"), rule("b", "s > 0.5", "flag", message="b {{ rule.id }}"))
+    assert [h.params["message"] for h in evaluate([p], {"two.s": 1}).flags] == ["a a", "b b"]
+
+
+@pytest.mark.parametrize("template", [
+    "plain text",
+    "{{ policy.name }} {{ policy.version }}/{{ rule.id }} ({{ rule.action }})",
+    "focus {{ signals.focus | round(2) }} and {{ signals.focus | round }}",
+    "list {{ signals.rel }} flag {{ signals.flag }} none {{ signals.none }}",
+    "multi\nline {{ signals.focus }}\n",
+])
+def test_direct_rendering_matches_jinja(template):
+    from innerguard.engine.decide import _ENV, _direct_renderer
+
+    variables = dict(policy={"name": "p", "version": "1.0", "mode": "enforce"}, rule={"id": "r", "action": "block"},
+                     signals={"focus": 0.123456, "rel": [0.1, 0.25], "flag": True, "none": None})
+    direct = _direct_renderer(template)
+    assert direct is not None
+    assert direct(variables) == _ENV.from_string(template).render(**variables)
+
+
+@pytest.mark.parametrize("template", ["{{ signals.items }}", "{{ policy.__class__ }}", "{{ x }}", "{% if true %}x{% endif %}", "{{ signals.f | upper }}"])
+def test_anything_unusual_goes_through_jinja(template):
+    from innerguard.engine.decide import _direct_renderer
+
+    assert _direct_renderer(template) is None
+
+
+def test_direct_rendering_is_strict_about_missing_items():
+    with pytest.raises(jinja2.UndefinedError):
+        render_message("{{ signals.nope }}", policy={}, rule={}, signals={})
