@@ -63,8 +63,12 @@ class _PolicyChecker:
 
     def check_signals(self) -> None:
         spans = self.policy.spans
+        reserved = c.KEYWORDS | set(c.VALUE_AGGREGATES) | set(c.PREDICATE_AGGREGATES)
         for s in self.policy.signals:
             path = ("signals", s.name)
+            if s.name in reserved:
+                self.add("IG105", f"signal name {s.name!r} is a word of the condition language; conditions could not refer to it: rename it", path, key=True)
+                self.used.add(s.name)
             if s.analyzer == "attention_tracker":
                 for side in ("trusted", "untrusted"):
                     if side not in spans:

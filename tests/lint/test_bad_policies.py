@@ -71,6 +71,7 @@ CASES = [
     Case("bad-policy-name", HEAD.replace("name: demo", "name: Demo_Policy") + FOCUS + "rules:\n" + BLOCK_LOW, "IG105", 4),
     Case("empty-rules", HEAD + FOCUS + "rules: []\n", "IG105", 13),
     Case("bad-signal-name", HEAD + "signals:\n  bad-name:\n    analyzer: text\n    pattern: x\nrules:\n" + BLOCK_LOW, "IG105", 10),
+    Case("signal-named-like-a-keyword", HEAD + "signals:\n  max:\n    analyzer: text\n    pattern: x\nrules:\n  - id: r\n    when: \"true\"\n    action: flag\n", "IG105", 10),
     Case("signal-unknown-key", HEAD + FOCUS + "    threshhold: 0.4\nrules:\n" + BLOCK_LOW, "IG101", 13),
     Case("unknown-analyzer", HEAD + "signals:\n  focus:\n    analyzer: attention\n    heads: [[1, 2]]\nrules:\n" + BLOCK_LOW, "IG104", 11),
     Case("heads-not-list", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: 3\nrules:\n" + BLOCK_LOW, "IG103", 12),

@@ -79,3 +79,21 @@ def test_shipped_policies_decide_as_documented(shipped):
     ungrounded = {**benign, "rag-relevance.relevance": [0.1, 0.05]}
     v = evaluator.evaluate(ungrounded, {"tags": ["rag"]})
     assert [h.rule for h in v.flags] == ["flag-ungrounded"]
+
+
+def test_programs_survive_the_plan_json_round_trip(shipped):
+    import dataclasses
+
+    from innerguard.engine.plan import Plan, ModelGeometry
+
+    policies, _ = load_policy_set([shipped])
+    programs = policies.programs()
+    plan = Plan(version="v", model=ModelGeometry("LlamaForCausalLM", 30, 576, 9, 3, 64), qk_captures=(), residual_captures=(),
+                steers=(), analyzers=(), policies=programs, vectors={}, bundle_hash="x")
+    again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    signals = {"prompt-injection.focus": 0.3, "prompt-injection.override_phrase": False,
+               "medical-topic-steer.medical": 0.5, "rag-relevance.relevance": [0.2, 0.9]}
+    request = {"tags": ["rag"]}
+    a, b = Evaluator(programs).evaluate(signals, request), Evaluator(again.policies).evaluate(signals, request)
+    assert (a.action, a.rule, a.message) == (b.action, b.rule, b.message) == ("block", "block-distracted-attention", a.message)
+    assert dataclasses.asdict(again.policies[0]) == dataclasses.asdict(programs[0])
