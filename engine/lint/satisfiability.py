@@ -14,11 +14,13 @@ terms) are not judged (``None``).
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 from innerguard.engine.policy import conditions as c
 
 MAX_TERMS = 256
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _NEGATE = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 _QUANT = {("any", ">"): ("max", ">"), ("any", ">="): ("max", ">="), ("any", "<"): ("min", "<"), ("any", "<="): ("min", "<="),
@@ -87,9 +89,7 @@ def _atoms(expr, positive: bool) -> list[list]:
             op = _NEGATE[op]
         lv, rv = _term(left), _term(right)
         if lv is None and rv is None and isinstance(left, c.Const) and isinstance(right, c.Const):
-            import operator
-            table = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
-            return [[]] if table[op](left.value, right.value) else []
+            return [[]] if _COMPARE[op](left.value, right.value) else []
         if lv is not None and isinstance(right, c.Const):
             if isinstance(right.value, bool):  # flag == true
                 want = right.value if op == "==" else (not right.value if op == "!=" else None)

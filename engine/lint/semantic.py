@@ -3,15 +3,17 @@ actions, templates. Artifacts and model geometry have their own modules.
 """
 from __future__ import annotations
 
+import difflib
 import math
 from typing import Iterator
 
 from innerguard.engine.lint import regexes, satisfiability
 from innerguard.engine.lint.registry import make
 from innerguard.engine.policy import conditions as c
-from innerguard.engine.policy.diagnostics import Finding
-from innerguard.engine.policy.model import Policy, Rule, SpanSelector, TextSignal
-from innerguard.engine.policy.schema import did_you_mean
+from innerguard.engine.decide import TEMPLATE_VARIABLES
+from innerguard.engine.policy.diagnostics import Finding, Location
+from innerguard.engine.policy.model import ArtifactRef, Policy, Rule, SpanSelector, TextSignal
+from innerguard.engine.policy.schema import describe_path, did_you_mean
 from innerguard.engine.policy.templates import analyze
 from innerguard.engine.policy.yamlsafe import Marks
 
@@ -145,7 +147,6 @@ class _PolicyChecker:
             loc = self.marks.at(path)
             style = self.marks.styles.get(path)
             line = loc.line + (report.error_line if style in ("|", ">") else report.error_line - 1)
-            from innerguard.engine.policy.diagnostics import Location
             self.findings.append(make("IG301", f"rule {rule.id!r}: message template: {report.error}", Location(loc.file, line, loc.col if line == loc.line else 1)))
             return
         for name in report.unknown_variables:
@@ -178,8 +179,6 @@ class _PolicyChecker:
             name = e.name if isinstance(e, c.Signal) else e.signal
             signal = self.signals.get(name)
             if signal is None:
-                import difflib
-
                 self.used.update(difflib.get_close_matches(name, list(self.signals), n=1, cutoff=0.6))  # meant, not unused
                 self.add("IG202", f"rule {rule.id!r}: signal {name!r} is not defined{did_you_mean(name, self.signals)}", when, **at(e.offset))
                 return None
@@ -281,14 +280,10 @@ class _PolicyChecker:
 
 
 def _template_attrs(var: str) -> tuple[str, ...]:
-    from innerguard.engine.decide import TEMPLATE_VARIABLES
-
     return TEMPLATE_VARIABLES.get(var) or ()
 
 
 def _where(path: tuple) -> str:
-    from innerguard.engine.policy.schema import describe_path
-
     return describe_path(path)
 
 
@@ -299,8 +294,6 @@ def _fmt(x: float) -> str:
 def iter_artifacts(policy: Policy) -> Iterator:
     """Every (artifact, kind, path-in-document, layers) of a policy; kind is
     'heads' or 'vector'."""
-    from innerguard.engine.policy.model import ArtifactRef
-
     for s in policy.signals:
         heads = getattr(s, "heads", None)
         if isinstance(heads, ArtifactRef):

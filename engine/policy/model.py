@@ -27,6 +27,7 @@ from typing import Any, Iterator, Literal, Mapping
 from innerguard.engine.plan import PolicyProgram, RuleProgram
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Location
+from innerguard.engine.policy.templates import template_signals
 
 SignalType = Literal["number", "vector", "boolean"]
 
@@ -234,8 +235,6 @@ class Policy:
     def used_signals(self) -> tuple[str, ...]:
         """Short names of signals read by conditions or message templates, in
         definition order."""
-        from innerguard.engine.policy.templates import template_signals
-
         used: set[str] = set()
         for rule in self.rules:
             if rule.condition is not None:

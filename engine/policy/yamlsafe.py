@@ -225,7 +225,7 @@ def _build(text: str, file: str) -> tuple[Any, Marks]:
             b.marks.values[child] = pos
             return child
         if frame[2] is _NO_KEY:
-            if not isinstance(value, str) or isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            if not isinstance(value, str):
                 raise b.stop("IG005", "mapping keys must be plain strings", pos)
             if value in frame[4]:
                 first = frame[4][value]
