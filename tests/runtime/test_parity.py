@@ -22,7 +22,7 @@ def _check_against_reference(llm, reference, rows, concept_vector):
         ref_focus = reference_focus_score(model, ids, spans["injection"]["instruction"], spans["injection"]["data"], HEADS)
         assert abs(focus - ref_focus) < 1e-3, (r["id"], focus, ref_focus)
         probe = out.signals["topic.concept"]
-        ref_probe = reference_probe(model, ids, 8, concept_vector)
+        ref_probe = reference_probe(model, ids, 8, vector=concept_vector)
         assert abs(probe - ref_probe) < 1e-4, (r["id"], probe, ref_probe)
 
 
