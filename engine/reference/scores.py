@@ -82,8 +82,9 @@ def reference_rerank(
     return scores, order
 
 
-def reference_residual(model: Any, input_ids, layer: int, position: int = -1) -> torch.Tensor:
-    """The residual stream after decoder ``layer`` at ``position`` (float32 ``[hidden]``).
+def reference_residual(model: Any, input_ids, layer: int, position: int | slice = -1) -> torch.Tensor:
+    """The residual stream after decoder ``layer`` at ``position``: float32
+    ``[hidden]`` for an int position, ``[n, hidden]`` for a slice.
 
     ``hidden_states[L + 1]`` is layer L's output for every layer but the
     last: there Hugging Face stores the output AFTER the final norm. So the
