@@ -102,8 +102,9 @@ def calibrated_document_scores(
 
 @dataclass(frozen=True)
 class RerankResult:
-    scores: list[float]  # per document, in request order
+    scores: list[float]  # calibrated attention per document, request order (unbounded, may be < 0)
     order: list[int]  # document indices, most relevant first (ties: request order)
+    shares: list[float]  # each document's part of the positive calibrated mass, in [0, 1], sums to 1 (or all 0)
 
 
 def rerank(
@@ -118,4 +119,7 @@ def rerank(
         query_scores, calibration_scores, documents, calibration_documents, outlier_std
     ).tolist()
     order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
-    return RerankResult(scores=scores, order=order)
+    positive = [max(x, 0.0) for x in scores]
+    total = sum(positive)
+    shares = [x / total if total > 0 else 0.0 for x in positive]
+    return RerankResult(scores=scores, order=order, shares=shares)

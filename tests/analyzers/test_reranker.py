@@ -13,6 +13,7 @@ def test_calibration_subtracts_the_content_free_pass():
     result = rerank(query, null, DOCS)
     assert result.scores == pytest.approx([2.0, 8.0, 0.0])
     assert result.order == [1, 0, 2]
+    assert result.shares == pytest.approx([0.2, 0.8, 0.0])
 
 
 def test_tokens_below_mean_minus_two_std_are_dropped():
