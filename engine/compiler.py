@@ -82,6 +82,7 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
     analyzers: list[AnalyzerSpec] = []
     vectors: dict[str, VectorRef] = {}
     qk_heads: dict[int, set[int]] = defaultdict(set)
+    query_all: set[int] = set()  # layers where the reranker needs Q of every query token
     residual_layers: set[int] = set()
     steers: list[SteerSpec] = []
     needs: list[Need] = []
@@ -101,14 +102,20 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                 continue
             qualified = policy.qualified(signal.name)
             params = {**signal.params(), "policy": policy.name}
-            if signal.analyzer in ("attention_tracker", "reranker") and getattr(signal, "heads", None) is not None:
-                heads = _heads(signal.heads, artifacts)
+            if signal.analyzer in ("attention_tracker", "reranker"):
+                if getattr(signal, "heads", None) is None:  # plain ICR: every head of every layer
+                    heads = [(l, h) for l in range(geometry.num_layers) for h in range(geometry.num_heads)]
+                else:
+                    heads = _heads(signal.heads, artifacts)
                 params["heads"] = [list(h) for h in heads]
                 params["qk_layers"] = sorted({layer for layer, _ in heads})
                 for layer, head in heads:
                     qk_heads[layer].add(head)
+                    if signal.analyzer == "reranker":
+                        query_all.add(layer)
+                which = "Q of the query tokens" if signal.analyzer == "reranker" else "Q of the last prompt token"
                 needs.append(Need(
-                    f"Q/K of {len(heads)} heads at layers {_ranges(params['qk_layers'])}",
+                    f"{which} and K of all prompt tokens, {len(heads)} heads at layers {_ranges(params['qk_layers'])}",
                     f"signal {qualified} ({signal.analyzer})",
                 ))
             if signal.analyzer == "probe":
@@ -142,7 +149,10 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
     plan = Plan(
         version=PLAN_VERSION,
         model=geometry,
-        qk_captures=tuple(QKCapture(layer=l, heads=tuple(sorted(h))) for l, h in sorted(qk_heads.items())),
+        qk_captures=tuple(
+            QKCapture(layer=l, heads=tuple(sorted(h)), query="all" if l in query_all else "last")
+            for l, h in sorted(qk_heads.items())
+        ),
         residual_captures=tuple(ResidualCapture(layer=l) for l in sorted(residual_layers)),
         steers=tuple(sorted(steers, key=lambda s: (s.layer, s.id))),
         analyzers=tuple(sorted(analyzers, key=lambda a: a.signal)),
@@ -185,7 +195,8 @@ def explain(plan: Plan, needs: Sequence[Need]) -> str:
         "captures (merged across policies):",
     ]
     for c in plan.qk_captures:
-        lines.append(f"  layer {c.layer:>2}: post-RoPE Q of the last prompt token, heads {list(c.heads)}; K of all prompt tokens")
+        which = "the query tokens" if c.query == "all" else "the last prompt token"
+        lines.append(f"  layer {c.layer:>2}: post-RoPE Q of {which}, heads {list(c.heads)}; K of all prompt tokens")
     for c in plan.residual_captures:
         lines.append(f"  layer {c.layer:>2}: residual stream (hidden + residual) at the last prompt token")
     if not plan.qk_captures and not plan.residual_captures:

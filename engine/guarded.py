@@ -48,6 +48,7 @@ class GuardedOutput:
     error: str | None = None
     latency_ms: float | None = None  # from prefill start to decision, in the worker
     prefill_tokens: int | None = None
+    documents: dict[str, Any] = field(default_factory=dict)  # per reranker signal: scores, order
     output: Any = None  # vLLM's RequestOutput, when the request ran
 
     @property
@@ -151,6 +152,15 @@ class GuardedLLM:
         runnable = [p for p in prepared if p.error is None]
         started = time.time()
         outputs = {}
+        calibrations = [p for p in runnable if p.calibration is not None]
+        if calibrations:
+            # The reranker's content-free passes go first: they compute the
+            # shared documents once, and the real requests reuse them.
+            self.llm.generate(
+                [{"prompt_token_ids": list(p.calibration.prompt_token_ids), "cache_salt": p.cache_salt} for p in calibrations],
+                [SamplingParams(max_tokens=1, extra_args=p.calibration.extra_args) for p in calibrations],
+                use_tqdm=False,
+            )
         if runnable:
             prompts = [
                 {"prompt_token_ids": list(p.prompt_token_ids), **({"cache_salt": p.cache_salt} if p.cache_salt else {})}
@@ -201,6 +211,7 @@ class GuardedLLM:
             error="; ".join(f"{k}: {v}" for k, v in (result.get("errors") or {}).items()) or None,
             latency_ms=result.get("decision_latency_ms"),
             prefill_tokens=result.get("prefill_tokens"),
+            documents=dict(result.get("details") or {}),
             output=out,
         )
 

@@ -76,6 +76,17 @@ class GuardRequest:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """The reranker's content-free pass: the same prompt with the query
+    replaced by "N/A". It shares the request's cache salt, so the documents
+    before the query are computed once (prefix cache) and their captured K is
+    reused by the worker."""
+
+    prompt_token_ids: tuple[int, ...]
+    extra_args: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class PreparedRequest:
     request: GuardRequest
     prompt_token_ids: tuple[int, ...] = ()
@@ -84,6 +95,7 @@ class PreparedRequest:
     cache_salt: str | None = None
     error: str | None = None
     text_signals: dict[str, bool] = field(default_factory=dict)
+    calibration: Calibration | None = None
 
 
 def select_policies(plan: Plan, request: GuardRequest) -> tuple[PolicyProgram, ...]:
@@ -138,6 +150,11 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
         "spans": spans,
         "text_signals": text_signals,
     }
+    calibration = None
+    rerank = _rerank_spans(plan, policies, base, tokenizer)
+    if rerank:
+        extra["rerank"] = rerank
+        calibration = _calibration(base.input_ids, rerank, key, extra["policies"], tokenizer)
     return PreparedRequest(
         request=request,
         prompt_token_ids=base.input_ids,
@@ -147,7 +164,50 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
         # hooks see every prompt token's K (cached tokens are never recomputed).
         cache_salt=f"innerguard-{uuid.uuid4().hex}",
         text_signals=text_signals,
+        calibration=calibration,
     )
+
+
+CONTENT_FREE_QUERY = "N/A"
+
+
+def _rerank_spans(plan: Plan, policies: Sequence[PolicyProgram], found: span_lib.PromptSpans, tokenizer) -> dict[str, Any]:
+    """Per reranker signal: document spans and the query span, from roles."""
+    wanted = {s for p in policies for s in p.signals}
+    out: dict[str, Any] = {}
+    for spec in plan.analyzers:
+        if spec.kind != "reranker" or spec.signal not in wanted:
+            continue
+        doc_roles = tuple((spec.params.get("documents") or {}).get("roles") or ())
+        query_roles = tuple((spec.params.get("query") or {}).get("roles") or ("user",))
+        if not doc_roles:
+            raise RequestError(f"signal {spec.signal}: documents must be selected by role for in-model reranking")
+        documents = [[m.start, m.end] for m in found.messages if m.role in doc_roles and m.end > m.start]
+        queries = [m for m in found.messages if m.role in query_roles and m.end > m.start]
+        if not documents or not queries:
+            raise RequestError(
+                f"signal {spec.signal} needs messages with roles {list(doc_roles)} (documents) "
+                f"and {list(query_roles)} (query)"
+            )
+        query = queries[-1]
+        if documents[-1][1] > query.start:
+            raise RequestError(
+                f"signal {spec.signal}: the query ({query.role} message) must come after the documents",
+                hint="put the retrieved documents before the question",
+            )
+        out[spec.signal] = {"documents": documents, "query": [[query.start, query.end]]}
+    if len({tuple(v["query"][0]) for v in out.values()}) > 1:
+        raise RequestError("reranker signals of one request must share one query")
+    return out
+
+
+def _calibration(ids: Sequence[int], rerank: dict[str, Any], key: str, policies: list[str], tokenizer) -> Calibration:
+    start, end = next(iter(rerank.values()))["query"][0]
+    content_free = tokenizer.encode(CONTENT_FREE_QUERY, add_special_tokens=False)
+    calibration_ids = tuple(ids[:start]) + tuple(content_free) + tuple(ids[end:])
+    spans = {signal: {**v, "query": [[start, start + len(content_free)]]} for signal, v in rerank.items()}
+    extra = {"id": f"{key}#calibration", "calibration_for": key, "policies": policies, "rerank": spans}
+    return Calibration(prompt_token_ids=calibration_ids, extra_args={REQUEST_KEY: extra})
 
 
 def _token_spans(tokenizer, request: GuardRequest, trusted_roles: Sequence[str]) -> span_lib.PromptSpans:

@@ -89,10 +89,24 @@ class V1RunnerReader:
 
 
 class V2RunnerReader:
-    """Model Runner V2 (GPU builds, the default for dense models from mid-2026):
-    the input batch is rebuilt per step by ``prepare_inputs`` and sampling params
-    are seen only when ``add_requests`` runs, so both are wrapped to keep our
-    own per-request store. Untested in CI (no GPU there)."""
+    """Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``; the GPU default
+    for dense models from mid-2026). Its input batch is rebuilt every step by
+    ``prepare_inputs`` and sampling params are seen only when ``add_requests``
+    runs, so both are wrapped (on the runner instance) to keep our own
+    per-request store. Checked on vLLM 0.24 (H200) and against 0.32's source:
+
+    - ``add_requests(scheduler_output)``: the same in both;
+    - ``prepare_inputs``: ``(scheduler_output, batch_desc)`` in 0.24,
+      ``(scheduler_output, batch_req_state, batch_desc, num_active_loras)`` in
+      0.32; either way it returns an ``InputBatch`` with ``req_ids`` (row order:
+      decodes first), ``query_start_loc_np`` (may be padded past ``num_reqs``)
+      and ``positions``;
+    - ``NewRequestData.prompt_len`` exists from 0.32 only.
+
+    A prepared batch is read by exactly one forward: dummy runs (profiling,
+    data-parallel padding) call the model without ``prepare_inputs`` and must
+    not see the previous step's rows.
+    """
 
     name = "v2"
 
@@ -104,29 +118,37 @@ class V2RunnerReader:
         prepare_inputs = runner.prepare_inputs
 
         def add_requests_and_remember(scheduler_output, *args, **kwargs):
-            for new in scheduler_output.scheduled_new_reqs:
-                params = new.sampling_params
-                self._requests[new.req_id] = (
-                    int(new.prompt_len if hasattr(new, "prompt_len") else len(new.prompt_token_ids)),
-                    getattr(params, "extra_args", None),
-                    list(new.prompt_token_ids or []),
-                )
-            for req_id in getattr(scheduler_output, "finished_req_ids", ()):
+            # Forget first: a request id that finished and comes back as new
+            # (resumed or streaming input) must keep its new entry.
+            for req_id in getattr(scheduler_output, "finished_req_ids", None) or ():
                 self._requests.pop(req_id, None)
+            for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
+                self._requests[new.req_id] = _new_request_entry(new)
             return add_requests(scheduler_output, *args, **kwargs)
 
         def prepare_inputs_and_remember(*args, **kwargs):
-            self._batch = prepare_inputs(*args, **kwargs)
-            return self._batch
+            batch = prepare_inputs(*args, **kwargs)
+            self._batch = batch
+            return batch
 
         runner.add_requests = add_requests_and_remember
         runner.prepare_inputs = prepare_inputs_and_remember
 
     def step(self, positions) -> StepView:
-        batch = self._batch
+        batch, self._batch = self._batch, None  # one forward per prepared batch
         if batch is None:
             return StepView(rows=(), num_tokens=0)
-        qsl = np.asarray(batch.query_start_loc_np)
+        req_ids = list(batch.req_ids)
+        num_reqs = len(req_ids)
+        if num_reqs == 0:
+            return StepView(rows=(), num_tokens=0)
+        # query_start_loc_np is padded for CUDA-graph batches: keep the real rows.
+        qsl = np.asarray(batch.query_start_loc_np)[: num_reqs + 1]
+        num_tokens = int(qsl[-1])
+        if positions.shape[0] < num_tokens:
+            raise RuntimeError(
+                f"Model Runner V2 prepared {num_tokens} token rows but the model got {positions.shape[0]} positions"
+            )
         starts = positions[qsl[:-1]].tolist()
         rows = tuple(
             RowSpan(
@@ -137,15 +159,25 @@ class V2RunnerReader:
                 first_position=int(starts[i]),
                 num_prompt_tokens=self._requests.get(req_id, (0, None, None))[0],
             )
-            for i, req_id in enumerate(batch.req_ids)
+            for i, req_id in enumerate(req_ids)
         )
-        return StepView(rows=rows, num_tokens=int(qsl[-1]))
+        return StepView(rows=rows, num_tokens=num_tokens)
 
     def extra_args(self, req_id: str):
         return self._requests.get(req_id, (0, None, None))[1]
 
     def prompt_token_ids(self, req_id: str):
         return self._requests.get(req_id, (0, None, None))[2]
+
+
+def _new_request_entry(new) -> tuple[int, dict | None, list[int] | None]:
+    """(prompt length, extra_args, prompt token ids) of a ``NewRequestData``."""
+    prompt = getattr(new, "prompt_token_ids", None)
+    prompt_len = getattr(new, "prompt_len", None)  # a property from vLLM 0.32 on
+    if prompt_len is None:
+        prompt_len = len(prompt) if prompt is not None else len(getattr(new, "prefill_token_ids", None) or ())
+    params = getattr(new, "sampling_params", None)
+    return int(prompt_len), getattr(params, "extra_args", None), list(prompt) if prompt is not None else None
 
 
 def reader_for(runner) -> StepReader:

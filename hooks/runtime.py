@@ -21,6 +21,7 @@ import torch
 
 from innerguard.engine.plan import REQUEST_KEY, Plan, PolicyProgram, SteerSpec
 from innerguard.hooks.analyzers.steering import steering_delta
+from innerguard.hooks.calibration import CalibrationStore
 from innerguard.hooks.modules import ModelModules
 from innerguard.hooks.runner_view import RowSpan, StepReader
 
@@ -45,6 +46,10 @@ class RequestState:
     decided: bool = False
     blocked: bool = False
     capture_error: str | None = None
+    query_span: tuple[int, int] | None = None  # reranker query tokens (positions)
+    q_query: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # per-signal extras (rerank order)
+    calibration: dict[str, Any] | None = None  # the reranker's content-free pass
     static_steers: set[str] = field(default_factory=set)
 
 
@@ -56,6 +61,7 @@ class _Rows:
     span: RowSpan
     prompt_rows: tuple[int, int]  # rows holding prompt tokens (may be empty)
     last_row: int | None  # the last prompt token's row, on its final chunk
+    query_rows: tuple[int, int] = (0, 0)  # rows of the reranker's query tokens
 
 
 class GuardRuntime:
@@ -75,6 +81,7 @@ class GuardRuntime:
         self._compute_signals = compute_signals
         self._decide = decide
         self.hook_calls: Counter[str] = Counter()
+        self.calibrations = CalibrationStore()
         self.steered_rows = 0
         self.results: dict[str, dict[str, Any]] = {}
         self._states: dict[str, RequestState | None] = {}
@@ -143,9 +150,17 @@ class GuardRuntime:
             qk_layers=frozenset(qk),
             residual_layers=frozenset(residual),
         )
+        rerank = args.get("rerank") or {}
+        if rerank:
+            start, end = next(iter(rerank.values()))["query"][0]
+            state.query_span = (int(start), int(end))
+        if span.first_position > 0:
+            # Served partly from the prefix cache: only the reranker's own
+            # calibration pass can have computed (and captured) that prefix.
+            self.calibrations.restore_prefix(state, span.first_position)
         # Rules that steer unconditionally apply from the first prompt token on;
         # conditional ones only once the prompt has been read and decided.
-        for policy in policies:
+        for policy in policies if "calibration_for" not in args else ():
             for rule in policy.rules:
                 if rule.action == "steer" and rule.condition == ALWAYS and policy.mode == "enforce":
                     state.steers += self._steers_by_id.get(rule.params.get("steer"), [])
@@ -173,12 +188,19 @@ class GuardRuntime:
             prompt_count = max(prompt_end - span.first_position, 0)
             state.prefill_tokens += prompt_count
             final_chunk = prompt_count > 0 and prompt_end == state.num_prompt_tokens
+            query_rows = (0, 0)
+            if state.query_span is not None:
+                lo = max(state.query_span[0], span.first_position)
+                hi = min(state.query_span[1], span.first_position + prompt_count)
+                if hi > lo:
+                    query_rows = (span.start + lo - span.first_position, span.start + hi - span.first_position)
             step.append(
                 _Rows(
                     state=state,
                     span=span,
                     prompt_rows=(span.start, span.start + prompt_count),
                     last_row=span.start + prompt_count - 1 if final_chunk else None,
+                    query_rows=query_rows,
                 )
             )
             for steer in state.steers:
@@ -205,6 +227,9 @@ class GuardRuntime:
                         state.k_chunks.setdefault(layer, []).append(k[a:b].detach().clone())
                     if rows.last_row is not None:
                         state.q_last[layer] = q[rows.last_row].detach().clone()
+                    qa, qb = rows.query_rows
+                    if qb > qa:
+                        state.q_query.setdefault(layer, []).append(q[qa:qb].detach().clone())
                 except Exception as exc:  # recorded; the decision follows the error mode
                     state.capture_error = f"capture at layer {layer} failed: {exc}"
 
@@ -243,6 +268,11 @@ class GuardRuntime:
                 continue
             state = rows.state
             state.decided = True
+            if "calibration_for" in state.args:
+                self.calibrations.record(state, self.plan, self._analyzers, self.modules)
+                state.k_chunks.clear()
+                state.q_query.clear()
+                continue
             try:
                 result = self._decide_request(state)
             except Exception as exc:  # never let one request take the engine down
@@ -257,6 +287,7 @@ class GuardRuntime:
             # Captures are not needed once decided.
             state.k_chunks.clear()
             state.q_last.clear()
+            state.q_query.clear()
             state.residual_last.clear()
         return logits
 
@@ -284,6 +315,8 @@ class GuardRuntime:
     def _decide_request(self, state: RequestState) -> dict[str, Any]:
         if state.capture_error:
             raise RuntimeError(state.capture_error)
+        if state.query_span is not None:
+            state.calibration = self.calibrations.take(state.key)
         started = time.perf_counter()
         signals, errors = self._compute_signals(self.plan, self._analyzers, state, self.vectors, self.modules)
         outcome = self._decide(state.policies, signals, errors, state.args)
@@ -292,6 +325,7 @@ class GuardRuntime:
             "id": state.key,
             **outcome,
             "signals": signals,
+            "details": state.details,
             "errors": errors,
             "unknown_policies": state.args.get("unknown_policies", []),
             "prefill_tokens": state.prefill_tokens,

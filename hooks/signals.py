@@ -7,8 +7,9 @@ from typing import Any
 
 import torch
 
-from innerguard.hooks.analyzers import attention_tracker, probe
+from innerguard.hooks.analyzers import attention_tracker, probe, reranker
 from innerguard.hooks.analyzers.attention import HeadGeometry
+from innerguard.hooks.calibration import query_token_attention
 
 
 def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str, Any], dict[str, str]]:
@@ -32,8 +33,10 @@ def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str,
                 signals[name] = _focus(spec, state, geometry, modules)
             elif spec.kind == "probe":
                 signals[name] = _probe(spec, state, vectors)
+            elif spec.kind == "reranker":
+                signals[name] = _relevance(spec, state, geometry, modules)
             else:
-                raise NotImplementedError(f"the {spec.kind} analyzer does not run inside vLLM yet")
+                raise NotImplementedError(f"the {spec.kind} analyzer does not run inside vLLM")
         except Exception as exc:  # recorded and acted on by the error mode
             errors[name] = f"{type(exc).__name__}: {exc}"
     return signals, errors
@@ -73,6 +76,25 @@ def _probe(spec, state, vectors) -> float:
     params = spec.params
     residual = state.residual_last[int(params["layer"])]
     vector = vectors[params["vector"]]
-    if params.get("method", "cosine") == "cosine":
+    if params.get("score", "cosine") == "cosine":
         return probe.concept_cosine(residual, vector)
     return probe.logistic_probability(residual, vector, float(params.get("bias", 0.0)))
+
+
+def _relevance(spec, state, geometry, modules) -> list[float]:
+    """Per document, the share of the query's attention to it that exceeds
+    what the content-free query gives it: in [0, 1], 0 = no more than "N/A".
+    The raw ICR scores and the ranking go into the request's details."""
+    name = spec.signal
+    calibration = state.calibration or {}
+    if name in calibration.get("errors", {}):
+        raise RuntimeError(calibration["errors"][name])
+    if name not in calibration.get("scores", {}):
+        raise RuntimeError("no calibration pass was recorded for this request")
+    documents = [(int(a), int(b)) for a, b in state.args["rerank"][name]["documents"]]
+    query_scores = query_token_attention(spec, state, geometry, modules)
+    result = reranker.rerank(query_scores, calibration["scores"][name], documents)
+    mass = [float(query_scores[a:b].sum()) for a, b in documents]
+    relevance = [min(max(score / m, 0.0), 1.0) if m > 0 else 0.0 for score, m in zip(result.scores, mass)]
+    state.details[name] = {"scores": result.scores, "order": result.order}
+    return relevance

@@ -47,7 +47,7 @@ def test_compile_text_names_every_capture_and_the_rule_that_needs_it(smollm2_dir
     text = result.stdout
     plan, _ = compile_policies([SHIPPED], smollm2_dir)
     for capture in plan.qk_captures:
-        assert f"layer {capture.layer:>2}: post-RoPE Q" in text
+        assert f"layer {capture.layer:>2}: post-RoPE Q of" in text
     for capture in plan.residual_captures:
         assert f"layer {capture.layer:>2}: residual stream" in text
     for analyzer in plan.analyzers:

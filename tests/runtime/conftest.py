@@ -59,3 +59,13 @@ def reference(smollm2_dir):
     from innerguard.engine.reference.model import load_reference_model
 
     return load_reference_model(smollm2_dir)
+
+
+@pytest.fixture(scope="session")
+def chunked(smollm2_dir, policy_dir):
+    """A second guarded engine: 64-token prefill chunks, no prefix cache."""
+    from innerguard.engine.guarded import GuardedLLM
+
+    llm = GuardedLLM(smollm2_dir, policy_dir, max_num_batched_tokens=64, enable_prefix_caching=False, max_num_seqs=8)
+    yield llm
+    llm.shutdown()

@@ -54,15 +54,6 @@ def test_prefix_cache_is_bypassed_for_guarded_requests(guarded, reference, conce
         _check_against_reference(guarded, reference, [r], concept_vector)
 
 
-@pytest.fixture(scope="module")
-def chunked(smollm2_dir, policy_dir):
-    from innerguard.engine.guarded import GuardedLLM
-
-    llm = GuardedLLM(smollm2_dir, policy_dir, max_num_batched_tokens=64, enable_prefix_caching=False, max_num_seqs=8)
-    yield llm
-    llm.shutdown()
-
-
 def test_chunked_prefill_matches_reference(chunked, reference, concept_vector):
     # Prompts of several hundred tokens arrive in 64-token chunks: K is
     # gathered across chunks, Q and the residual only on the final one.
