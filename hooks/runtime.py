@@ -44,7 +44,6 @@ class RequestState:
     residual_last: dict[int, torch.Tensor] = field(default_factory=dict)
     steers: list[SteerSpec] = field(default_factory=list)
     decided: bool = False
-    blocked: bool = False
     capture_error: str | None = None
     query_span: tuple[int, int] | None = None  # reranker query tokens (positions)
     q_query: dict[int, list[torch.Tensor]] = field(default_factory=dict)
@@ -82,7 +81,6 @@ class GuardRuntime:
         self._decide = decide
         self.hook_calls: Counter[str] = Counter()
         self.calibrations = CalibrationStore()
-        self.steered_rows = 0
         self.results: dict[str, dict[str, Any]] = {}
         self._states: dict[str, RequestState | None] = {}
         self._step: list[_Rows] = []
@@ -150,6 +148,10 @@ class GuardRuntime:
             qk_layers=frozenset(qk),
             residual_layers=frozenset(residual),
         )
+        if missing:
+            # The engine checked these names against its plan; the worker's plan
+            # differs (a reload raced this request). Never guard with less.
+            state.capture_error = f"policies {missing} are not installed in the worker"
         rerank = args.get("rerank") or {}
         if rerank:
             start, end = next(iter(rerank.values()))["query"][0]
@@ -249,7 +251,6 @@ class GuardRuntime:
                 row_index = row_index.to(hidden.device, non_blocking=True)
                 delta = self._steer_delta(steer, hidden, residual, row_index)
                 hidden.index_add_(0, row_index, delta.to(hidden.dtype))
-                self.steered_rows += int(row_index.numel())
             return None  # steered in place
 
         return capture_and_steer
@@ -279,7 +280,6 @@ class GuardRuntime:
                 result = self._failed_decision(state, exc)
             self.results[state.key] = result
             if result["blocked"]:
-                state.blocked = True
                 _force_end_of_sequence(logits, rows.span.batch_index, self.modules.eos_token_id)
             for steer_id in result["steers"]:
                 if steer_id not in state.static_steers:
@@ -294,12 +294,14 @@ class GuardRuntime:
     def _failed_decision(self, state: RequestState, exc: Exception) -> dict[str, Any]:
         """The evaluator itself failed: every policy's error mode decides."""
         closed = [p for p in state.policies if p.on_error == "fail-closed" and p.mode == "enforce"]
+        # A requested policy the worker does not have is never failed open.
+        block = bool(closed or state.args.get("unknown_policies"))
         error = f"{type(exc).__name__}: {exc}"
         return {
             "id": state.key,
-            "action": "block" if closed else "allow",
-            "message": "This request was blocked because the guard could not evaluate it." if closed else None,
-            "blocked": bool(closed),
+            "action": "block" if block else "allow",
+            "message": "This request was blocked because the guard could not evaluate it." if block else None,
+            "blocked": block,
             "steers": [],
             "decisions": [
                 {"policy": p.name, "version": p.version, "revision": p.revision, "mode": p.mode,
