@@ -73,9 +73,9 @@ def test_bundle_hash_is_stable_and_tracks_every_artifact_byte(smollm2_dir, tmp_p
     second, _ = compile_policies([copies[1]], smollm2_dir)
     assert first.bundle_hash == second.bundle_hash  # same inputs, another folder
     assert plan_json(compile_policies([copies[0]], smollm2_dir)[0]) == plan_json(first)  # byte-identical
-    artifact = copies[1] / "artifacts" / "smollm2-135m-instruct.injection-heads.safetensors"
+    artifact = copies[1] / "artifacts" / "smollm2-135m-instruct.caution-steer.safetensors"
     raw = bytearray(artifact.read_bytes())
-    raw[-1] ^= 0x01  # one byte of tensor data: still a valid file
+    raw[-4] ^= 0x01  # the lowest mantissa byte of the last float: still a valid vector
     artifact.write_bytes(bytes(raw))
     changed, _ = compile_policies([copies[1]], smollm2_dir)
     assert changed.bundle_hash != first.bundle_hash

@@ -91,7 +91,7 @@ def test_programs_survive_the_plan_json_round_trip(shipped):
     plan = Plan(version="v", model=ModelGeometry("LlamaForCausalLM", 30, 576, 9, 3, 64), qk_captures=(), residual_captures=(),
                 steers=(), analyzers=(), policies=programs, vectors={}, bundle_hash="x")
     again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
-    signals = {"prompt-injection.focus": 0.3, "prompt-injection.override_phrase": False,
+    signals = {"prompt-injection.focus": 0.2, "prompt-injection.override_phrase": False,
                "medical-topic-steer.medical": 0.5, "rag-relevance.relevance": [0.2, 0.9]}
     request = {"tags": ["rag"]}
     a, b = Evaluator(programs).evaluate(signals, request), Evaluator(again.policies).evaluate(signals, request)
