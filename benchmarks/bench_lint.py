@@ -31,8 +31,9 @@ def make_artifacts(folder: Path) -> None:
     save_file({"heads": np.array([[13, 2], [15, 4], [20, 6], [24, 0]], dtype=np.int64)},
               str(art / "smollm2-135m-instruct.injection-heads.safetensors"),
               metadata={"model_name": "smollm2-135m-instruct", "num_layers": "30", "num_heads": "9"})
-    for name in ("medical-concept", "caution-steer"):
-        save_file({"vector": np.linspace(-1, 1, 576, dtype=np.float32)}, str(art / f"smollm2-135m-instruct.{name}.safetensors"),
+    vector = np.linspace(-1, 1, 576, dtype=np.float32)
+    for name, tensors in (("medical-concept", {"vector": vector, "weight": vector}), ("caution-steer", {"vector": vector})):
+        save_file(tensors, str(art / f"smollm2-135m-instruct.{name}.safetensors"),
                   metadata={"model_name": "smollm2-135m-instruct", "hidden_size": "576", "layer": "8"})
 
 

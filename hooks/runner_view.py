@@ -43,8 +43,6 @@ class StepReader(Protocol):
 
     def extra_args(self, req_id: str) -> dict[str, Any] | None: ...
 
-    def prompt_token_ids(self, req_id: str) -> list[int] | None: ...
-
 
 class V1RunnerReader:
     """vLLM's V1 ``GPUModelRunner`` (and the CPU runner derived from it): a
@@ -60,10 +58,14 @@ class V1RunnerReader:
         batch = runner.input_batch
         num_reqs = batch.num_reqs
         qsl = np.asarray(runner.query_start_loc.np[: num_reqs + 1])
+        if not num_reqs or positions.shape[0] < int(qsl[-1]):
+            # A forward that is not this batch's step (a dummy or profiling
+            # run): it carries no request rows.
+            return StepView(rows=(), num_tokens=0)
         rows = []
         # Reading a few CPU-side positions keeps this exact under prefix caching
         # and chunked prefill, where num_computed_tokens alone can mislead.
-        starts = positions[qsl[:-1]].tolist() if num_reqs else []
+        starts = positions[qsl[:-1]].tolist()
         for i, req_id in enumerate(batch.req_ids[:num_reqs]):
             state = runner.requests[req_id]
             rows.append(
@@ -76,16 +78,12 @@ class V1RunnerReader:
                     num_prompt_tokens=int(state.num_prompt_tokens),
                 )
             )
-        return StepView(rows=tuple(rows), num_tokens=int(qsl[-1]) if num_reqs else 0)
+        return StepView(rows=tuple(rows), num_tokens=int(qsl[-1]))
 
     def extra_args(self, req_id: str):
         state = self._runner.requests.get(req_id)
         params = getattr(state, "sampling_params", None)
         return getattr(params, "extra_args", None)
-
-    def prompt_token_ids(self, req_id: str):
-        state = self._runner.requests.get(req_id)
-        return getattr(state, "prompt_token_ids", None)
 
 
 class V2RunnerReader:
@@ -112,7 +110,7 @@ class V2RunnerReader:
 
     def __init__(self, runner):
         self._runner = runner
-        self._requests: dict[str, tuple[int, dict | None, list[int] | None]] = {}
+        self._requests: dict[str, tuple[int, dict | None]] = {}  # req_id -> (prompt length, extra_args)
         self._batch = None
         add_requests = runner.add_requests
         prepare_inputs = runner.prepare_inputs
@@ -157,27 +155,24 @@ class V2RunnerReader:
                 start=int(qsl[i]),
                 end=int(qsl[i + 1]),
                 first_position=int(starts[i]),
-                num_prompt_tokens=self._requests.get(req_id, (0, None, None))[0],
+                num_prompt_tokens=self._requests.get(req_id, (0, None))[0],
             )
             for i, req_id in enumerate(req_ids)
         )
         return StepView(rows=rows, num_tokens=num_tokens)
 
     def extra_args(self, req_id: str):
-        return self._requests.get(req_id, (0, None, None))[1]
-
-    def prompt_token_ids(self, req_id: str):
-        return self._requests.get(req_id, (0, None, None))[2]
+        return self._requests.get(req_id, (0, None))[1]
 
 
-def _new_request_entry(new) -> tuple[int, dict | None, list[int] | None]:
-    """(prompt length, extra_args, prompt token ids) of a ``NewRequestData``."""
+def _new_request_entry(new) -> tuple[int, dict | None]:
+    """(prompt length, extra_args) of a ``NewRequestData``."""
     prompt = getattr(new, "prompt_token_ids", None)
     prompt_len = getattr(new, "prompt_len", None)  # a property from vLLM 0.32 on
     if prompt_len is None:
         prompt_len = len(prompt) if prompt is not None else len(getattr(new, "prefill_token_ids", None) or ())
     params = getattr(new, "sampling_params", None)
-    return int(prompt_len), getattr(params, "extra_args", None), list(prompt) if prompt is not None else None
+    return int(prompt_len), getattr(params, "extra_args", None)
 
 
 def reader_for(runner) -> StepReader:
