@@ -47,7 +47,7 @@ def make_policies(folder: Path, count: int) -> None:
         name = text.split("  name: ", 1)[1].split("\n", 1)[0]
         text = text.replace(f"  name: {name}\n", f"  name: {name}-{i:03d}\n", 1)
         text = text.replace("model: smollm2-135m-instruct\n", "")
-        text = text.replace("layer: 8\n      coefficient", f"layer: 8\n      coefficient")
+        text = text.replace("layer: 8\n      coefficient", "layer: 8\n      coefficient")
         (folder / f"{i:03d}-{source.name}").write_text(text)
 
 

@@ -19,7 +19,6 @@ import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from innerguard.engine.decide import ACTION_RANK

@@ -16,15 +16,14 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from innerguard.engine import models
 from innerguard.engine.audit import AuditWriter
 from innerguard.engine.compiler import compile_policies
-from innerguard.engine.errors import EngineStartError, InnerguardError
+from innerguard.engine.errors import EngineStartError
 from innerguard.engine.logging import get_logger
-from innerguard.engine.plan import REQUEST_KEY, Plan
+from innerguard.engine.plan import Plan
 from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare
 from innerguard.engine.vllm_engine import engine_kwargs, start_llm
 
@@ -169,7 +168,7 @@ class GuardedLLM:
             params = [self._params(base, p) for p in runnable]
             for p, out in zip(runnable, self.llm.generate(prompts, params, use_tqdm=use_tqdm)):
                 outputs[id(p)] = out
-        keys = [p.extra_args[REQUEST_KEY]["id"] for p in runnable if p.extra_args]
+        keys = [p.key for p in runnable if p.key]
         results = self.llm.collective_rpc("innerguard_take_results", args=(keys,))[0] if keys else {}
         return [self._output(p, outputs.get(id(p)), results, started) for p in prepared]
 
@@ -189,8 +188,7 @@ class GuardedLLM:
         completion = out.outputs[0]
         result = {}
         if prepared.extra_args:
-            key = prepared.extra_args[REQUEST_KEY]["id"]
-            result = results.get(key)
+            result = results.get(prepared.key)
             if result is None:
                 # The worker never decided: the guard did not run. Loud, and
                 # closed for every policy that fails closed.

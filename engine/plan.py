@@ -8,18 +8,37 @@ head is ``head // (num_heads // num_kv_heads)``.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 PLAN_VERSION = "innerguard.plan/v1"
-# The key of a request's innerguard arguments in SamplingParams.extra_args
-# (over HTTP, vLLM's ``vllm_xargs`` body field fills the same).
+# The key of a request's innerguard arguments in SamplingParams.extra_args.
+# Over HTTP, vLLM's ``vllm_xargs`` body field fills the same, but it takes only
+# scalars and lists, so the arguments travel as one JSON string.
 REQUEST_KEY = "innerguard"
 
 AnalyzerKind = Literal["attention_tracker", "reranker", "probe", "text"]
 Action = Literal["block", "steer", "flag", "rerank", "drop_documents", "allow"]
 Mode = Literal["enforce", "shadow", "warn"]
 OnError = Literal["fail-closed", "fail-open"]
+
+
+def encode_request_args(args: dict[str, Any]) -> dict[str, str]:
+    """``extra_args`` (or ``vllm_xargs``) for a guarded request."""
+    return {REQUEST_KEY: json.dumps(args, separators=(",", ":"), sort_keys=True)}
+
+
+def decode_request_args(extra_args: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The guarded request's arguments, or None for an unguarded request.
+    Raises ValueError for a value that is not a JSON object."""
+    value = (extra_args or {}).get(REQUEST_KEY)
+    if value is None:
+        return None
+    args = json.loads(value) if isinstance(value, str) else value
+    if not isinstance(args, dict):
+        raise ValueError(f"extra_args[{REQUEST_KEY!r}] must be a JSON object")
+    return args
 
 
 @dataclass(frozen=True)

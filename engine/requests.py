@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 from innerguard.engine import spans as span_lib
 from innerguard.engine import textmatch
 from innerguard.engine.errors import InnerguardError
-from innerguard.engine.plan import REQUEST_KEY, Plan, PolicyProgram
+from innerguard.engine.plan import Plan, PolicyProgram, encode_request_args
 
 
 class RequestError(InnerguardError):
@@ -96,6 +96,8 @@ class PreparedRequest:
     error: str | None = None
     text_signals: dict[str, bool] = field(default_factory=dict)
     calibration: Calibration | None = None
+    key: str | None = None  # the id the worker reports this request's result under
+    args: dict[str, Any] | None = None  # what extra_args carries, decoded
 
 
 def select_policies(plan: Plan, request: GuardRequest) -> tuple[PolicyProgram, ...]:
@@ -159,12 +161,14 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
         request=request,
         prompt_token_ids=base.input_ids,
         policies=policies,
-        extra_args={REQUEST_KEY: extra},
+        extra_args=encode_request_args(extra),
         # A unique salt keeps guarded prompts out of the prefix cache, so the
         # hooks see every prompt token's K (cached tokens are never recomputed).
         cache_salt=f"innerguard-{uuid.uuid4().hex}",
         text_signals=text_signals,
         calibration=calibration,
+        key=key,
+        args=extra,
     )
 
 
@@ -207,7 +211,7 @@ def _calibration(ids: Sequence[int], rerank: dict[str, Any], key: str, policies:
     calibration_ids = tuple(ids[:start]) + tuple(content_free) + tuple(ids[end:])
     spans = {signal: {**v, "query": [[start, start + len(content_free)]]} for signal, v in rerank.items()}
     extra = {"id": f"{key}#calibration", "calibration_for": key, "policies": policies, "rerank": spans}
-    return Calibration(prompt_token_ids=calibration_ids, extra_args={REQUEST_KEY: extra})
+    return Calibration(prompt_token_ids=calibration_ids, extra_args=encode_request_args(extra))
 
 
 def _token_spans(tokenizer, request: GuardRequest, trusted_roles: Sequence[str]) -> span_lib.PromptSpans:

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from innerguard.engine.plan import REQUEST_KEY, Plan, PolicyProgram, SteerSpec
+from innerguard.engine.plan import Plan, PolicyProgram, SteerSpec, decode_request_args
 from innerguard.hooks.analyzers.steering import steering_delta
 from innerguard.hooks.calibration import CalibrationStore
 from innerguard.hooks.modules import ModelModules
@@ -50,6 +50,7 @@ class RequestState:
     details: dict[str, Any] = field(default_factory=dict)  # per-signal extras (rerank order)
     calibration: dict[str, Any] | None = None  # the reranker's content-free pass
     static_steers: set[str] = field(default_factory=set)
+    never_fail_open: bool = False  # its arguments or policies could not be read
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,12 @@ class GuardRuntime:
     def _state_for(self, span: RowSpan) -> RequestState | None:
         if span.req_id in self._states:
             return self._states[span.req_id]
-        args = (self.reader.extra_args(span.req_id) or {}).get(REQUEST_KEY)
+        try:
+            args = decode_request_args(self.reader.extra_args(span.req_id))
+        except ValueError as exc:
+            # Malformed guard arguments: guard the request with nothing but
+            # the error, so that it is blocked rather than served unguarded.
+            args = {"policies": [], "id": span.req_id, "bad_arguments": str(exc)}
         state = None if args is None else self._new_state(span, args)
         self._states[span.req_id] = state
         return state
@@ -152,6 +158,10 @@ class GuardRuntime:
             # The engine checked these names against its plan; the worker's plan
             # differs (a reload raced this request). Never guard with less.
             state.capture_error = f"policies {missing} are not installed in the worker"
+            state.never_fail_open = True
+        if "bad_arguments" in args:
+            state.capture_error = f"malformed innerguard arguments: {args['bad_arguments']}"
+            state.never_fail_open = True
         rerank = args.get("rerank") or {}
         if rerank:
             start, end = next(iter(rerank.values()))["query"][0]
@@ -294,8 +304,7 @@ class GuardRuntime:
     def _failed_decision(self, state: RequestState, exc: Exception) -> dict[str, Any]:
         """The evaluator itself failed: every policy's error mode decides."""
         closed = [p for p in state.policies if p.on_error == "fail-closed" and p.mode == "enforce"]
-        # A requested policy the worker does not have is never failed open.
-        block = bool(closed or state.args.get("unknown_policies"))
+        block = bool(closed) or state.never_fail_open
         error = f"{type(exc).__name__}: {exc}"
         return {
             "id": state.key,

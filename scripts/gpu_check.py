@@ -239,12 +239,11 @@ def long_text(n: int) -> str:
 
 
 def prepared(llm, r: dict):
-    from innerguard.engine.plan import REQUEST_KEY
     from innerguard.engine.requests import GuardRequest, prepare
 
     p = prepare(llm.plan, GuardRequest.from_row(r, r["id"]), llm.tokenizer)
     assert p.error is None, p.error
-    spans = p.extra_args[REQUEST_KEY]["spans"] if p.extra_args else {}
+    spans = p.args["spans"] if p.args else {}
     return list(p.prompt_token_ids), spans
 
 

@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     cos = lambda r: torch.nn.functional.cosine_similarity(r, vector[None], dim=1)  # noqa: E731
     prob = lambda r: torch.sigmoid(r @ weight + bias)  # noqa: E731
     print(f"concept layer {layer}: held-out " + summary("cosine medical", cos(held_med)) + "; " + summary("other", cos(held_other)))
-    print(f"logistic probe: held-out " + summary("P(medical) medical", prob(held_med)) + "; " + summary("other", prob(held_other)))
+    print("logistic probe: held-out " + summary("P(medical) medical", prob(held_med)) + "; " + summary("other", prob(held_other)))
     concept_path = args.out_dir / f"{name}.medical-concept.safetensors"
     save_file(
         {"vector": vector.contiguous(), "weight": weight.float().contiguous(), "bias": torch.tensor([bias], dtype=torch.float32)},

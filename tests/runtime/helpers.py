@@ -1,7 +1,6 @@
 """Small helpers shared by the runtime tests."""
 from __future__ import annotations
 
-from innerguard.engine.plan import REQUEST_KEY
 from innerguard.engine.requests import GuardRequest, prepare
 
 TEXTS = [
@@ -35,5 +34,5 @@ def prepared(llm, r: dict):
     """Token ids and per-policy spans exactly as GuardedLLM sends them."""
     p = prepare(llm.plan, GuardRequest.from_row(r, r["id"]), llm.tokenizer)
     assert p.error is None, p.error
-    spans = p.extra_args[REQUEST_KEY]["spans"] if p.extra_args else {}
+    spans = p.args["spans"] if p.args else {}
     return list(p.prompt_token_ids), spans

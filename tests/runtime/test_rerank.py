@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from innerguard.engine.plan import REQUEST_KEY
+from innerguard.engine.plan import decode_request_args
 from innerguard.engine.reference.scores import reference_rerank
 from innerguard.engine.requests import GuardRequest, prepare
 
@@ -47,8 +47,8 @@ def _check(llm, reference, rows, expect_reuse: bool):
     for r, out in zip(rows, outs):
         assert out.error is None, out.error
         p = prepare(llm.plan, GuardRequest.from_row(r, r["id"]), llm.tokenizer)
-        spans = p.extra_args[REQUEST_KEY]["rerank"]["rag.relevance"]
-        calibration = p.calibration.extra_args[REQUEST_KEY]["rerank"]["rag.relevance"]
+        spans = p.args["rerank"]["rag.relevance"]
+        calibration = decode_request_args(p.calibration.extra_args)["rerank"]["rag.relevance"]
         ref_scores, ref_order = reference_rerank(
             model, list(p.prompt_token_ids), list(p.calibration.prompt_token_ids),
             [tuple(d) for d in spans["documents"]], [tuple(spans["query"][0])], [tuple(calibration["query"][0])], heads=HEADS,
