@@ -19,6 +19,9 @@ log = get_logger(__name__)
 
 
 def import_vllm():
+    # vLLM logs every engine detail at INFO; innerguard's own log says what
+    # matters. VLLM_LOGGING_LEVEL=INFO brings vLLM's back.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import vllm
     except ImportError as exc:
@@ -48,9 +51,9 @@ def engine_kwargs(model: str, *, eager: bool, overrides: dict[str, Any] | None =
 
 
 def start_llm(**kwargs):
-    vllm = import_vllm()
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    vllm = import_vllm()
     try:
         return vllm.LLM(**kwargs)
     except Exception as exc:  # vLLM reports start failures as RuntimeError/ValueError

@@ -58,6 +58,7 @@ def _demo(args: argparse.Namespace) -> int:
               f"decided in {out.latency_ms} ms of prefill; {out.num_output_tokens} tokens generated")
         print(f"  output:   {out.text.strip()!r}")
     print(f"\nbundle {llm.plan.bundle_hash[:16]}; vLLM generated every token above, guarded inside the model.")
+    llm.shutdown()
     return 0
 
 
