@@ -26,6 +26,7 @@ from innerguard.hooks.modules import ModelModules
 from innerguard.hooks.runner_view import RowSpan, StepReader
 
 ALWAYS = {"op": "const", "value": True}  # a rule's condition when it has no `when`
+MAX_UNCLAIMED_RESULTS = 65536
 
 
 @dataclass
@@ -289,6 +290,8 @@ class GuardRuntime:
             except Exception as exc:  # never let one request take the engine down
                 result = self._failed_decision(state, exc)
             self.results[state.key] = result
+            if len(self.results) > MAX_UNCLAIMED_RESULTS:  # a caller that never collects
+                self.results.pop(next(iter(self.results)))
             if result["blocked"]:
                 _force_end_of_sequence(logits, rows.span.batch_index, self.modules.eos_token_id)
             for steer_id in result["steers"]:

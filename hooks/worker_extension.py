@@ -38,6 +38,10 @@ class InnerguardWorkerExtension:
         """
         plan = Plan.from_dict(plan_data)
         runner = self.model_runner
+        parallel = runner.vllm_config.parallel_config
+        if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+            # Each rank would see only its shard of heads or layers.
+            raise ValueError("innerguard supports one GPU per engine (tensor and pipeline parallel size 1)")
         reader = getattr(self, "_innerguard_reader", None) or reader_for(runner)
         self._innerguard_reader = reader
         model = runner.get_model()
