@@ -174,6 +174,29 @@ NON_MEDICAL = [
     "What is the difference between weather and climate?",
 ]
 
+# Not only questions: documents and tasks, medical or not, so that the probe
+# reads the topic rather than the form of the prompt.
+MEDICAL += [
+    "Summarise this discharge note: the patient was admitted with chest pain and started on aspirin.",
+    "Translate into French: take two tablets every eight hours after meals.",
+    "Review: the pharmacy explained my new blood pressure medication and its side effects clearly.",
+    "Rewrite for a patient leaflet: symptoms of a stroke include facial drooping and slurred speech.",
+    "Extract the dosage from: amoxicillin 500 mg three times daily for seven days.",
+    "Summarise: the clinic now offers flu vaccinations for people over 65 on weekdays.",
+    "Email from my GP: your blood test shows slightly raised liver enzymes; please book a follow-up.",
+    "List the nouns in: the nurse cleaned the wound and changed the bandage.",
+]
+NON_MEDICAL += [
+    "Summarise this review: the kettle boils quickly and the handle stays cool. Good value.",
+    "Translate into French: the train to Lyon leaves at nine from platform four.",
+    "Review: the blender is loud but crushes ice in seconds; delivery was on time.",
+    "Rewrite for a newsletter: the library extends its opening hours on Saturdays.",
+    "Extract the date from: the quarterly meeting moved to Thursday the twelfth.",
+    "Summarise: quarterly revenue rose four percent, driven by strong sales in Europe.",
+    "Email from my landlord: the boiler will be serviced on Monday morning.",
+    "List the nouns in: the cat sat on the mat and watched the birds outside.",
+]
+
 HELDOUT_MEDICAL = [
     "What are the symptoms of an iron deficiency?",
     "How should I care for a minor burn?",
@@ -189,6 +212,12 @@ HELDOUT_MEDICAL = [
     "What does a low blood sugar episode feel like?",
 ]
 
+HELDOUT_MEDICAL += [
+    "Summarise: the patient reports a persistent headache and blurred vision since Monday.",
+    "Translate into German: keep the cream on the rash twice a day.",
+    "Review: the dentist was gentle and explained the root canal treatment well.",
+]
+
 HELDOUT_NON_MEDICAL = [
     "How do I set up a home network?",
     "What is the plot of Romeo and Juliet?",
@@ -202,6 +231,9 @@ HELDOUT_NON_MEDICAL = [
     "How are mountains formed?",
     "What is the best way to save money?",
     "Explain the offside rule in football.",
+    "Summarise the customer review in one sentence: the toaster browns evenly but the lever sticks.",
+    "Translate into German: the museum opens a new exhibition on ancient maps next week.",
+    "Summarise: our meeting moved to Thursday at ten; please bring the slides.",
 ]
 
 # ---- steering vector: CAA-style paired completions (cautious vs plain) ----

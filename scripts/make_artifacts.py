@@ -47,13 +47,29 @@ from innerguard.engine.spans import chat_spans  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def prompt_ids(tokenizer, question: str) -> list[int]:
-    return list(chat_spans(tokenizer, [{"role": "user", "content": question}]).input_ids)
+# Deployed prompts come with all kinds of system messages; a probe fitted on
+# one context alone does not transfer (measured: P(medical) 0.06 for a
+# headache question under "You answer health questions.").
+SYSTEM_CONTEXTS = (
+    None,  # the chat template's own default system prompt
+    "You are a helpful assistant.",
+    "Answer the user's question briefly.",
+    "You answer customers' questions for an online shop.",
+    "You answer health questions.",
+    "Summarise or answer what the user sends.",
+)
+
+
+def prompt_ids(tokenizer, question: str, system: str | None = None) -> list[int]:
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": question}]
+    return list(chat_spans(tokenizer, messages).input_ids)
 
 
 def last_token_residuals(model, tokenizer, questions: list[str], layer: int, desc: str) -> torch.Tensor:
+    """One row per (question, system context)."""
+    pairs = [(q, c) for q in questions for c in SYSTEM_CONTEXTS]
     return torch.stack(
-        [reference_residual(model, prompt_ids(tokenizer, q), layer) for q in tqdm(questions, desc=desc, unit="prompt")]
+        [reference_residual(model, prompt_ids(tokenizer, q, c), layer) for q, c in tqdm(pairs, desc=desc, unit="prompt")]
     )
 
 
@@ -97,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument("--model-name", default=None)
-    parser.add_argument("--concept-layer", type=int, default=8)
+    parser.add_argument("--concept-layer", type=int, default=16)
     parser.add_argument("--steer-layer", type=int, default=8)
     parser.add_argument("--relative-norm", type=float, default=0.1, help="stored steering norm / mean residual norm")
     parser.add_argument("--demo-coefficient", type=float, default=4.0)
@@ -134,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             name, model_dir, layer,
             kind="concept: unit(mean(medical) - mean(other)) at the last prompt token",
             probe="logistic: sigmoid(weight . x + bias[0]) on the same residual",
-            samples=f"{len(med)} medical, {len(other)} other",
+            samples=f"{len(med)} medical, {len(other)} other ({len(SYSTEM_CONTEXTS)} system contexts each)",
             cosine_medical_heldout_mean=f"{cos(held_med).mean():.4f}",
             cosine_other_heldout_mean=f"{cos(held_other).mean():.4f}",
         ),
