@@ -32,9 +32,9 @@ def make_artifacts(folder: Path) -> None:
               str(art / "smollm2-135m-instruct.injection-heads.safetensors"),
               metadata={"model_name": "smollm2-135m-instruct", "num_layers": "30", "num_heads": "9"})
     vector = np.linspace(-1, 1, 576, dtype=np.float32)
-    for name, tensors in (("medical-concept", {"vector": vector, "weight": vector}), ("caution-steer", {"vector": vector})):
+    for name, tensors, layer in (("medical-concept", {"vector": vector, "weight": vector}, "16"), ("caution-steer", {"vector": vector}, "8")):
         save_file(tensors, str(art / f"smollm2-135m-instruct.{name}.safetensors"),
-                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": "576", "layer": "8"})
+                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": "576", "layer": layer})
 
 
 def make_policies(folder: Path, count: int) -> None:
