@@ -428,17 +428,25 @@ class _Policy:
         self.fail_closed = program.on_error == "fail-closed"
 
     def selects(self, request: Mapping[str, Any] | None) -> bool:
-        request = request or {}
-        for key, allowed in self.selector.items():
-            if key == "tags":
-                if allowed.isdisjoint(request.get("tags") or ()):
-                    return False
-            elif key in ("tenants", "routes"):
-                if request.get(key[:-1]) not in allowed:
-                    return False
-            elif key != "all":
-                return False  # a selector key we do not understand never matches silently
-        return True
+        return selector_matches(self.selector, request)
+
+
+def selector_matches(selector: Mapping[str, Any], request: Mapping[str, Any] | None) -> bool:
+    """A policy's ``applies_to`` against a request's ``tags``/``tenant``/``route``:
+    every key given must match (tags: any one of them); no keys = all requests."""
+    request = request or {}
+    for key, allowed in selector.items():
+        if allowed is None:
+            continue
+        if key == "tags":
+            if set(allowed).isdisjoint(request.get("tags") or ()):
+                return False
+        elif key in ("tenants", "routes"):
+            if request.get(key[:-1]) not in allowed:
+                return False
+        elif key != "all":
+            return False  # a selector key we do not understand never matches silently
+    return True
 
 
 class Evaluator:

@@ -177,7 +177,7 @@ class GuardedLLM:
         params = base.clone()
         if prepared.request.max_tokens is not None:
             params.max_tokens = prepared.request.max_tokens
-        if prepared.extra_args:
+        if prepared.args is not None:
             params.extra_args = {**(params.extra_args or {}), **prepared.extra_args}
         return params
 
@@ -187,7 +187,7 @@ class GuardedLLM:
             return GuardedOutput(id=request.id, text="", token_ids=(), finish_reason=FINISH_ERROR, action="error", error=prepared.error)
         completion = out.outputs[0]
         result = {}
-        if prepared.extra_args:
+        if prepared.args is not None:
             result = results.get(prepared.key)
             if result is None:
                 # The worker never decided: the guard did not run. Loud, and

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 from innerguard.engine import spans as span_lib
 from innerguard.engine import textmatch
 from innerguard.engine.errors import InnerguardError
+from innerguard.engine.decide import selector_matches
 from innerguard.engine.plan import Plan, PolicyProgram, encode_request_args
 
 
@@ -91,13 +92,17 @@ class PreparedRequest:
     request: GuardRequest
     prompt_token_ids: tuple[int, ...] = ()
     policies: tuple[PolicyProgram, ...] = ()
-    extra_args: dict[str, Any] | None = None  # None: unguarded
     cache_salt: str | None = None
     error: str | None = None
     text_signals: dict[str, bool] = field(default_factory=dict)
     calibration: Calibration | None = None
     key: str | None = None  # the id the worker reports this request's result under
-    args: dict[str, Any] | None = None  # what extra_args carries, decoded
+    args: dict[str, Any] | None = None  # the guard's arguments; None: unguarded
+
+    @property
+    def extra_args(self) -> dict[str, str] | None:
+        """``SamplingParams.extra_args`` (or an HTTP body's ``vllm_xargs``)."""
+        return encode_request_args(self.args) if self.args is not None else None
 
 
 def select_policies(plan: Plan, request: GuardRequest) -> tuple[PolicyProgram, ...]:
@@ -110,17 +115,8 @@ def select_policies(plan: Plan, request: GuardRequest) -> tuple[PolicyProgram, .
                 hint=f"loaded policies: {', '.join(sorted(by_name)) or 'none'}",
             )
         return tuple(by_name[n] for n in dict.fromkeys(request.policies))
-    return tuple(p for p in plan.policies if _selected(p.selector, request))
-
-
-def _selected(selector: Mapping[str, Any], request: GuardRequest) -> bool:
-    if not selector or selector.get("all"):
-        return True
-    if set(selector.get("tags") or ()) & set(request.tags):
-        return True
-    if request.tenant is not None and request.tenant in (selector.get("tenants") or ()):
-        return True
-    return request.route is not None and request.route in (selector.get("routes") or ())
+    wanted = {"tags": request.tags, "tenant": request.tenant, "route": request.route}
+    return tuple(p for p in plan.policies if selector_matches(p.selector, wanted))
 
 
 def prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
@@ -136,10 +132,12 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
     if not policies:
         return PreparedRequest(request=request, prompt_token_ids=base.input_ids)
     spans: dict[str, dict[str, list[list[int]]]] = {}
+    by_roles = {span_lib.TRUSTED_ROLES: base}
     for policy in policies:
-        found = _token_spans(tokenizer, request, trusted_roles=_trusted_roles(policy))
-        if found.input_ids != base.input_ids:
-            raise RequestError("token ids differ between span configurations")  # cannot happen: same template
+        roles = _trusted_roles(policy)
+        if roles not in by_roles:
+            by_roles[roles] = _token_spans(tokenizer, request, trusted_roles=roles)
+        found = by_roles[roles]
         spans[policy.name] = {
             "instruction": [list(r) for r in found.trusted],
             "data": [list(r) for r in found.untrusted],
@@ -161,7 +159,6 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
         request=request,
         prompt_token_ids=base.input_ids,
         policies=policies,
-        extra_args=encode_request_args(extra),
         # A unique salt keeps guarded prompts out of the prefix cache, so the
         # hooks see every prompt token's K (cached tokens are never recomputed).
         cache_salt=f"innerguard-{uuid.uuid4().hex}",
