@@ -8,14 +8,11 @@ from typing import Any
 import torch
 
 from innerguard.hooks.analyzers import attention_tracker, probe, reranker
-from innerguard.hooks.analyzers.attention import HeadGeometry
-from innerguard.hooks.calibration import query_token_attention
+from innerguard.hooks.calibration import geometry_of, query_token_attention
 
 
 def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str, Any], dict[str, str]]:
-    geometry = HeadGeometry(
-        num_heads=plan.model.num_heads, num_kv_heads=plan.model.num_kv_heads, head_dim=plan.model.head_dim
-    )
+    geometry = geometry_of(plan)
     wanted = sorted({s for p in state.policies for s in p.signals})
     signals: dict[str, Any] = {}
     errors: dict[str, str] = {}

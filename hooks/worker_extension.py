@@ -18,10 +18,8 @@ from innerguard.hooks.runner_view import reader_for
 from innerguard.hooks.runtime import GuardRuntime
 from innerguard.hooks.signals import compute_signals
 
-EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
 
-
-def _load_vectors(plan: Plan, device, dtype) -> dict[str, torch.Tensor]:
+def _load_vectors(plan: Plan, device) -> dict[str, torch.Tensor]:
     vectors = {}
     for name, ref in plan.vectors.items():
         with safe_open(ref.path, framework="pt") as f:  # safetensors only: no pickles
@@ -54,7 +52,7 @@ class InnerguardWorkerExtension:
             )
         device = next(model.parameters()).device
         runtime = GuardRuntime(
-            plan, modules, reader, _load_vectors(plan, device, torch.float32), compute_signals, decide
+            plan, modules, reader, _load_vectors(plan, device), compute_signals, decide
         ).install()
         old = getattr(self, "_innerguard_runtime", None)
         if old is not None:
