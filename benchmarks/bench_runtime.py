@@ -36,7 +36,7 @@ def _engine_rss_mib() -> float:
 
 def _policies(folder: Path, model_dir: Path) -> Path:
     sys.path.insert(0, str(HERE.parent / "tests" / "runtime"))
-    from conftest import make_vector  # the seeded artifact maker the tests use
+    from helpers import make_vector  # the seeded artifact maker the tests use
 
     for name in ("injection.yaml", "steer.yaml"):
         shutil.copy(HERE.parent / "tests" / "runtime" / "policies" / name, folder / name)

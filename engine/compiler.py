@@ -119,6 +119,8 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                 ))
             if signal.analyzer == "probe":
                 params["vector"] = vector(signal.vector)
+                if signal.score == "probability" and signal.bias is None:
+                    params["bias"] = _artifact_bias(signal.vector)
                 params["residual_layers"] = [signal.layer]
                 residual_layers.add(signal.layer)
                 needs.append(Need(f"residual stream after layer {signal.layer}, last prompt token", f"signal {qualified} (probe)"))
@@ -172,6 +174,15 @@ def _heads(heads, artifacts: dict[str, str]) -> list[tuple[int, int]]:
     with safe_open(str(heads.resolved), framework="pt") as f:
         table = f.get_tensor(heads.key or "heads")
     return sorted({(int(l), int(h)) for l, h in table.tolist()})
+
+
+def _artifact_bias(ref) -> float:
+    """A logistic probe's bias travels with its weights: the artifact's
+    ``bias`` tensor (one value), or 0 when it has none."""
+    from safetensors import safe_open
+
+    with safe_open(str(ref.resolved), framework="pt") as f:
+        return float(f.get_tensor("bias").reshape(-1)[0]) if "bias" in f.keys() else 0.0
 
 
 def _ranges(layers: Iterable[int]) -> str:

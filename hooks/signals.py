@@ -75,7 +75,7 @@ def _probe(spec, state, vectors) -> float:
     vector = vectors[params["vector"]]
     if params.get("score", "cosine") == "cosine":
         return probe.concept_cosine(residual, vector)
-    return probe.logistic_probability(residual, vector, float(params.get("bias", 0.0)))
+    return probe.logistic_probability(residual, vector, float(params.get("bias") or 0.0))
 
 
 def _relevance(spec, state, geometry, modules) -> list[float]:

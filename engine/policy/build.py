@@ -58,7 +58,7 @@ def _signal(ctx: _Context, name: str, data: dict) -> Signal:
         return AttentionTrackerSignal(**common, heads=ctx.heads(data["heads"], path + ("heads",)))
     if kind == "probe":
         return ProbeSignal(**common, layer=data["layer"], vector=ctx.artifact(data["vector"], path + ("vector",), DEFAULT_KEYS["vector"]),
-                           score=data.get("score", "cosine"), bias=float(data.get("bias", 0.0)))
+                           score=data.get("score", "cosine"), bias=float(data["bias"]) if "bias" in data else None)
     if kind == "reranker":
         heads = data.get("heads")
         return RerankerSignal(**common, documents=_span(data["documents"]), query=_span(data.get("query")),

@@ -109,7 +109,7 @@ class ProbeSignal(Signal):
     layer: int
     vector: ArtifactRef
     score: Literal["cosine", "probability"] = "cosine"
-    bias: float = 0.0
+    bias: float | None = None  # None: the artifact's own "bias" tensor, else 0
     type: SignalType = "number"
 
     @property

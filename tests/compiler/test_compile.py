@@ -102,3 +102,13 @@ def test_geometry_mismatch_fails_with_the_linters_finding(tmp_path):
     message = str(error.value)
     assert "one.yaml:" in message and " IG" in message and "layer" in message
     assert "\n" not in message
+
+
+def test_a_logistic_probe_takes_its_bias_from_its_artifact(smollm2_dir):
+    from safetensors import safe_open
+
+    plan, _ = compile_policies([SHIPPED], smollm2_dir)
+    spec = next(a for a in plan.analyzers if a.signal == "medical-topic-steer.medical")
+    with safe_open(str(SHIPPED / "artifacts" / "smollm2-135m-instruct.medical-concept.safetensors"), framework="pt") as f:
+        assert spec.params["bias"] == pytest.approx(float(f.get_tensor("bias")[0]))
+    assert spec.params["score"] == "probability"

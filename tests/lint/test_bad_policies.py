@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from conftest import HIDDEN, write_heads, write_vector
+from artifact_builders import HIDDEN, write_heads, write_vector
 from innerguard.engine.lint import lint_paths
 
 HEAD = """\

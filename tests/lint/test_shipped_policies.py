@@ -8,7 +8,7 @@ from innerguard.engine.decide import Evaluator
 from innerguard.engine.lint import lint_paths
 from innerguard.engine.plan import PolicyProgram
 from innerguard.engine.policy import load_policy_set
-from conftest import POLICIES
+from artifact_builders import POLICIES
 
 
 def test_every_shipped_policy_declares_the_schema():

@@ -7,25 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
-from innerguard.engine import models
+from helpers import make_vector
 
 POLICIES = Path(__file__).parent / "policies"
-
-
-def make_vector(path: Path, model_dir: Path, layer: int, seed: int) -> torch.Tensor:
-    g = models.read_geometry(model_dir)
-    gen = torch.Generator().manual_seed(seed)
-    vector = torch.randn(g.hidden_size, generator=gen)
-    vector = vector / vector.norm()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(
-        {"vector": vector.contiguous()},
-        str(path),
-        metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(g.hidden_size), "layer": str(layer), "model_fingerprint": g.fingerprint},
-    )
-    return vector
 
 
 @pytest.fixture(scope="session")

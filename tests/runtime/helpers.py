@@ -1,6 +1,12 @@
 """Small helpers shared by the runtime tests."""
 from __future__ import annotations
 
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from innerguard.engine import models
 from innerguard.engine.requests import GuardRequest, prepare
 
 TEXTS = [
@@ -36,3 +42,17 @@ def prepared(llm, r: dict):
     assert p.error is None, p.error
     spans = p.args["spans"] if p.args else {}
     return list(p.prompt_token_ids), spans
+
+
+def make_vector(path: Path, model_dir: Path, layer: int, seed: int) -> torch.Tensor:
+    g = models.read_geometry(model_dir)
+    gen = torch.Generator().manual_seed(seed)
+    vector = torch.randn(g.hidden_size, generator=gen)
+    vector = vector / vector.norm()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {"vector": vector.contiguous()},
+        str(path),
+        metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(g.hidden_size), "layer": str(layer), "model_fingerprint": g.fingerprint},
+    )
+    return vector
