@@ -22,9 +22,9 @@ TEXTS = [
 INSTRUCTIONS = ["Summarise the text.", "Translate the text into French.", "Say hello.", "List the nouns in the text."]
 
 
-def row(i: int, policies, data: str | None = None, max_tokens: int = 8) -> dict:
+def row(i: int, policies, data: str | None = None, max_tokens: int = 8, rid: str | None = None) -> dict:
     return {
-        "id": f"r{i}",
+        "id": rid or f"r{i}",
         "instruction": INSTRUCTIONS[i % len(INSTRUCTIONS)],
         "data": data if data is not None else TEXTS[i % len(TEXTS)],
         "policies": list(policies),
