@@ -14,8 +14,11 @@ from typing import Any
 
 from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
+from innerguard.engine.plan import Plan
 
 log = get_logger(__name__)
+
+EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
 
 
 def import_vllm():
@@ -63,3 +66,27 @@ def start_llm(**kwargs):
             "the worker's log above names the root cause"
         )
         raise EngineStartError(f"vLLM could not start the engine for {kwargs.get('model')}: {exc}", hint=hint) from None
+
+
+def install_plan(llm, plan: Plan) -> dict[str, Any]:
+    """Install ``plan`` in the workers of a ``vllm.LLM`` started with
+    ``worker_extension_cls=EXTENSION``, then prove every hook fires: one tiny
+    forward pass must reach each hook point, or the engine is refused."""
+    from vllm import SamplingParams
+
+    try:
+        info = llm.collective_rpc("innerguard_install", args=(plan.to_dict(),))[0]
+    except Exception as exc:
+        raise EngineStartError(f"innerguard could not install its hooks: {exc}") from None
+    llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})
+    llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=1), use_tqdm=False)
+    calls = llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})[0]
+    silent = [p for p in info["hook_points"] if not calls.get(p)]
+    if silent:
+        llm.collective_rpc("innerguard_uninstall")
+        raise EngineStartError(
+            f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
+            "(is the engine running compiled graphs?)",
+            hint="run vLLM eager (enforce_eager=True); innerguard refuses to serve with a silent guard",
+        )
+    return info

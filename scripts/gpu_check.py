@@ -231,7 +231,8 @@ def emit(result: dict) -> int:
 def eager(workdir: Path) -> int:
     from safetensors.torch import load_file
 
-    from innerguard.engine.guarded import GuardedLLM, install_plan
+    from innerguard.engine.guarded import GuardedLLM
+    from innerguard.engine.vllm_engine import install_plan
     from innerguard.engine.reference.model import load_reference_model
     from innerguard.engine.reference.scores import reference_focus_score, reference_probe
     from innerguard.engine.reference.steer import reference_steered_generate
@@ -345,7 +346,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 def compiled(workdir: Path) -> int:
     from innerguard.engine.compiler import compile_policies
     from innerguard.engine.errors import EngineStartError
-    from innerguard.engine.guarded import EXTENSION, GuardedLLM, install_plan
+    from innerguard.engine.guarded import GuardedLLM
+    from innerguard.engine.vllm_engine import EXTENSION, install_plan
     from innerguard.engine.vllm_engine import engine_kwargs, start_llm
 
     model_dir, policy_dir = paths(workdir)

@@ -18,7 +18,7 @@ def test_asking_for_a_compiled_guarded_engine_is_refused(smollm2_dir, policy_dir
 def test_hooks_in_a_compiled_engine_fail_the_self_check(smollm2_dir, guarded):
     # Bypass GuardedLLM's eager default: vLLM's own default on this CPU
     # compiles the model, and hooks added after load never fire there.
-    from innerguard.engine.guarded import EXTENSION, install_plan
+    from innerguard.engine.vllm_engine import EXTENSION, install_plan
     from innerguard.engine.vllm_engine import engine_kwargs, start_llm
 
     llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=False, overrides={"worker_extension_cls": EXTENSION}))
