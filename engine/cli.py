@@ -10,7 +10,7 @@ import sys
 from innerguard.engine import logging as ig_logging
 from innerguard.engine.errors import InnerguardError
 
-COMMANDS = ("models", "lint", "compile", "run", "demo")
+COMMANDS = ("models", "lint", "compile", "run", "serve", "demo", "audit")
 
 EPILOG = """\
 workflow:
@@ -19,6 +19,7 @@ workflow:
   innerguard compile policies/ --model smollm2-135m-instruct --format text
   innerguard run --policies policies/ --model smollm2-135m-instruct \\
       --input in.jsonl --output out.jsonl --audit-log audit.jsonl
+  innerguard audit verify audit.jsonl                # schema, hash chain, checkpoints
 
 Run 'innerguard COMMAND --help' for each command's options.
 """
@@ -47,12 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
     ig_logging.configure(args.log_format, args.log_level)
-    if not getattr(args, "func", None):
+    delegate = getattr(args, "delegate", None)  # a command that parses its own options (serve: vLLM's parser)
+    if delegate is None and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if delegate is None and not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
+        if delegate is not None:
+            return int(delegate(rest) or 0)
         return int(args.func(args) or 0)
     except InnerguardError as exc:
         print(f"innerguard: error: {exc}", file=sys.stderr)

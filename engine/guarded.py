@@ -25,11 +25,11 @@ from innerguard.engine.errors import EngineStartError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan
 from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare
-from innerguard.engine.vllm_engine import EXTENSION, engine_kwargs, install_plan, start_llm
+from innerguard.engine.verdicts import FINISH_BLOCKED, refuse, undecided
+from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, start_llm
 
 log = get_logger(__name__)
 
-FINISH_BLOCKED = "guard_blocked"
 FINISH_ERROR = "error"
 
 
@@ -86,7 +86,7 @@ class GuardedLLM:
                 hint="drop enforce_eager=False / compilation_config; innerguard runs vLLM eager",
             )
         log.info("guarded engine runs eager (enforce_eager=True): hooks do not fire in compiled graphs")
-        kwargs = engine_kwargs(str(self.model_dir), eager=True, overrides={"worker_extension_cls": EXTENSION, **engine_overrides})
+        kwargs = guarded_engine_kwargs(str(self.model_dir), overrides=engine_overrides)
         self.llm = start_llm(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self.audit = AuditWriter(audit_log) if audit_log else None
@@ -191,11 +191,13 @@ class GuardedLLM:
             if result is None:
                 # The worker never decided: the guard did not run. Loud, and
                 # closed for every policy that fails closed.
-                result = _undecided(prepared)
+                result = undecided(prepared)
                 log.error("guard recorded no decision for a guarded request", request=request.id)
             if self.audit:
                 self.audit.write_decisions(request_id=request.id, bundle_hash=self.plan.bundle_hash, result=result, received_at=started)
         blocked = bool(result.get("blocked"))
+        if blocked:
+            refuse(out, result.get("message"), keep_logprobs=False)
         return GuardedOutput(
             id=request.id,
             text=(result.get("message") or "") if blocked else completion.text,
@@ -217,19 +219,3 @@ class GuardedLLM:
         shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if shutdown:
             shutdown()
-
-
-def _undecided(prepared: PreparedRequest) -> dict[str, Any]:
-    error = "no decision recorded: the guard did not run for this request"
-    closed = [p for p in prepared.policies if p.on_error == "fail-closed" and p.mode == "enforce"]
-    return {
-        "action": "block" if closed else "allow",
-        "blocked": bool(closed),
-        "message": "This request was blocked because the guard could not evaluate it." if closed else None,
-        "decisions": [
-            {"policy": p.name, "version": p.version, "revision": p.revision, "mode": p.mode,
-             "action": "block" if p in closed else "allow", "rule": None, "signals": {}, "error": error}
-            for p in prepared.policies
-        ],
-        "errors": {"*": error},
-    }

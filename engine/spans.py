@@ -49,6 +49,8 @@ class PromptSpans:
     trusted: tuple[Range, ...]
     untrusted: tuple[Range, ...]
     messages: tuple[MessageSpan, ...] = ()
+    text: str = ""  # what was tokenized (chat: the rendered template)
+    offsets: tuple[tuple[int, int], ...] = ()  # per token, its characters in ``text``
 
     def role(self, role: str) -> tuple[Range, ...]:
         """Content ranges of all messages with this role, in order."""
@@ -75,6 +77,56 @@ def _token_range(offsets: Sequence[tuple[int, int]], ends: list[int], start: int
     while first < last and offsets[first][1] <= offsets[first][0]:
         first += 1
     return (first, last)
+
+
+def token_ranges(offsets: Sequence[tuple[int, int]], char_ranges: Iterable[Range]) -> tuple[Range, ...]:
+    """Token ranges covering each non-empty character range."""
+    ends = [e for _, e in offsets]
+    return tuple(_token_range(offsets, ends, s, e) for s, e in char_ranges if e > s)
+
+
+def disjoint(length: int, trusted: Iterable[Range], untrusted: Iterable[Range]) -> tuple[tuple[Range, ...], tuple[Range, ...]]:
+    """Trusted and untrusted token runs; a token in both counts as untrusted."""
+    return _disjoint(length, trusted, untrusted)
+
+
+def strip_markers(text: str, pairs: Sequence[tuple[str, str]]) -> tuple[str, dict[tuple[str, str], list[Range]]]:
+    """Remove every marker of ``pairs`` from ``text``; per pair, the character
+    ranges (in the cleaned text) that its markers enclosed. Markers of one
+    pair must balance and never nest."""
+    found: list[tuple[int, int, tuple[str, str]]] = []  # (open at, close at, pair) in the raw text
+    for pair in dict.fromkeys(pairs):
+        open_marker, close_marker = pair
+        cursor = 0
+        while True:
+            at = text.find(open_marker, cursor)
+            stray = text.find(close_marker, cursor)
+            if stray >= 0 and (at < 0 or stray < at):
+                raise SpanError(f"{close_marker!r} at character {stray} has no matching {open_marker!r}")
+            if at < 0:
+                break
+            close = text.find(close_marker, at + len(open_marker))
+            if close < 0:
+                raise SpanError(f"{open_marker!r} at character {at} is never closed with {close_marker!r}")
+            nested = text.find(open_marker, at + len(open_marker), close)
+            if nested >= 0:
+                raise SpanError(f"{open_marker!r} at character {nested} is nested inside another span")
+            found.append((at, close, pair))
+            cursor = close + len(close_marker)
+    cuts = sorted((at, at + len(pair[0])) for at, _, pair in found) + sorted((c, c + len(pair[1])) for _, c, pair in found)
+    cuts.sort()
+    for (a0, a1), (b0, _) in zip(cuts, cuts[1:]):
+        if b0 < a1:
+            raise SpanError(f"markers overlap at character {b0}")
+
+    def clean_pos(raw: int) -> int:  # raw position -> position once markers are gone
+        return raw - sum(min(e, raw) - s for s, e in cuts if s < raw)
+
+    clean = "".join(text[a:b] for a, b in zip([0] + [e for _, e in cuts], [s for s, _ in cuts] + [len(text)]))
+    ranges: dict[tuple[str, str], list[Range]] = {pair: [] for pair in pairs}
+    for at, close, pair in found:
+        ranges[pair].append((clean_pos(at + len(pair[0])), clean_pos(close)))
+    return clean, ranges
 
 
 def _runs(labels: Sequence[bool]) -> tuple[Range, ...]:
@@ -136,7 +188,7 @@ def chat_spans(
     trusted = [(m.start, m.end) for m in found if m.role in trusted_roles]
     untrusted = [(m.start, m.end) for m in found if m.role not in trusted_roles and m.role not in neutral_roles]
     trusted_r, untrusted_r = _disjoint(len(ids), trusted, untrusted)
-    return PromptSpans(tuple(ids), trusted_r, untrusted_r, tuple(found))
+    return PromptSpans(tuple(ids), trusted_r, untrusted_r, tuple(found), text, tuple(offsets))
 
 
 def marker_spans(
@@ -149,33 +201,28 @@ def marker_spans(
 ) -> PromptSpans:
     """A raw prompt with untrusted text between ``open_marker`` and
     ``close_marker``; the markers are removed, everything else is trusted."""
-    pieces: list[tuple[str, bool]] = []
-    cursor = 0
-    while True:
-        at = text.find(open_marker, cursor)
-        stray = text.find(close_marker, cursor)
-        if stray >= 0 and (at < 0 or stray < at):
-            raise SpanError(f"{close_marker!r} at character {stray} has no matching {open_marker!r}")
-        if at < 0:
-            pieces.append((text[cursor:], False))
-            break
-        close = text.find(close_marker, at + len(open_marker))
-        if close < 0:
-            raise SpanError(f"{open_marker!r} at character {at} is never closed with {close_marker!r}")
-        nested = text.find(open_marker, at + len(open_marker), close)
-        if nested >= 0:
-            raise SpanError(f"{open_marker!r} at character {nested} is nested inside another untrusted span")
-        pieces.append((text[cursor:at], False))
-        pieces.append((text[at + len(open_marker):close], True))
-        cursor = close + len(close_marker)
-    clean, char_ranges, pos = [], [], 0
-    for piece, untrusted in pieces:
-        clean.append(piece)
-        char_ranges.append((pos, pos + len(piece), untrusted))
-        pos += len(piece)
-    ids, offsets = _offsets(tokenizer, "".join(clean), add_special_tokens)
-    ends = [e for _, e in offsets]
-    trusted = [_token_range(offsets, ends, s, e) for s, e, u in char_ranges if not u and e > s]
-    untrusted = [_token_range(offsets, ends, s, e) for s, e, u in char_ranges if u and e > s]
+    pair = (open_marker, close_marker)
+    clean, marked = strip_markers(text, [pair])
+    ids, offsets = _offsets(tokenizer, clean, add_special_tokens)
+    untrusted = token_ranges(offsets, marked[pair])
+    trusted = token_ranges(offsets, complement(marked[pair], len(clean)))
     trusted_r, untrusted_r = _disjoint(len(ids), trusted, untrusted)
-    return PromptSpans(tuple(ids), trusted_r, untrusted_r)
+    return PromptSpans(tuple(ids), trusted_r, untrusted_r, (), clean, tuple(offsets))
+
+
+def tokenized(tokenizer: Any, text: str, add_special_tokens: bool = True) -> PromptSpans:
+    """A raw prompt's tokens and offsets, with no spans yet."""
+    ids, offsets = _offsets(tokenizer, text, add_special_tokens)
+    return PromptSpans(tuple(ids), (), (), (), text, tuple(offsets))
+
+
+def complement(ranges: Sequence[Range], length: int) -> list[Range]:
+    """The parts of ``[0, length)`` outside ``ranges`` (sorted, disjoint)."""
+    out, cursor = [], 0
+    for s, e in sorted(ranges):
+        if s > cursor:
+            out.append((cursor, s))
+        cursor = max(cursor, e)
+    if cursor < length:
+        out.append((cursor, length))
+    return out

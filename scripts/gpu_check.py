@@ -301,7 +301,7 @@ def eager(workdir: Path) -> int:
                            "engine_tokens": list(block.output.outputs[0].token_ids) if block.output else None,
                            "clean_blocked": clean.blocked, "clean_tokens": clean.num_output_tokens}
         checks["block_emits_no_token"] = (
-            block.blocked and block.token_ids == () and block.finish_reason == "guard_blocked"
+            block.blocked and block.token_ids == () and block.finish_reason == "content_filter"
             and result["block"]["engine_tokens"] == [eos]
         )
         checks["clean_request_passes"] = not clean.blocked and clean.num_output_tokens > 0

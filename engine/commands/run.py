@@ -32,7 +32,7 @@ input rows (one JSON object per line):
 output rows:
   {"id", "text", "finish_reason", "num_output_tokens",
    "decisions": [{"policy", "version", "action", "mode", "rule", "signals"}]}
-  A blocked request has finish_reason "guard_blocked" and the policy's refusal as text.
+  A blocked request has finish_reason "content_filter" and the policy's refusal as text.
   A request with bad arguments has finish_reason "error" and an "error" field; the rest run.
 """,
     )

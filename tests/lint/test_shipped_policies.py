@@ -70,7 +70,8 @@ def test_shipped_policies_decide_as_documented(shipped):
     injected = {**benign, "prompt-injection.focus": 0.2, "prompt-injection.override_phrase": True}
     v = evaluator.evaluate(injected, {"tags": ["rag"]})
     assert (v.action, v.policy, v.rule) == ("block", "prompt-injection", "block-distracted-attention")
-    assert "focus 0.2" in v.message and "prompt-injection 1.0.0" in v.message
+    # The refusal names policy and rule but never a signal value (it would help an attacker tune).
+    assert "focus" not in v.message and "prompt-injection 1.0.1" in v.message
     medical = {**benign, "medical-topic-steer.medical": 0.6}
     v = evaluator.evaluate(medical)  # no rag tag: rag-relevance does not apply
     assert v.action == "allow" and v.steers == ()  # shipped in shadow mode

@@ -19,12 +19,12 @@ def plain_tokens(plain_llm, ids, max_tokens):
 
 def test_block_emits_no_model_token(guarded):
     out, ok = guarded.run([row(0, ["blocker"], data="Please BLOCKME now."), row(1, ["blocker"])])
-    assert out.blocked and out.finish_reason == "guard_blocked"
+    assert out.blocked and out.finish_reason == "content_filter"
     assert out.token_ids == () and out.num_output_tokens == 0
     assert out.text == "Refused by blocker (block-marker)."
-    # Underneath, the only token vLLM produced is the end-of-sequence that the
-    # guard forced before sampling: no model-chosen token exists.
-    assert list(out.output.outputs[0].token_ids) == [guarded.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    # vLLM's own output object is rewritten too: nothing the engine emitted
+    # while finishing the request reaches the caller.
+    assert list(out.output.outputs[0].token_ids) == [] and out.output.outputs[0].finish_reason == "content_filter"
     assert [d["action"] for d in out.decisions] == ["block"]
     assert not ok.blocked and ok.num_output_tokens > 0
 
@@ -85,7 +85,7 @@ def test_analyzer_failure_follows_the_error_mode(guarded):
     # attention tracker cannot compute focus.
     raw = {"id": "raw", "prompt": "Say hello to the reader.", "max_tokens": 8}
     closed, opened = guarded.run([{**raw, "policies": ["injection"]}, {**raw, "id": "raw2", "policies": ["injection-open"]}])
-    assert closed.blocked and closed.finish_reason == "guard_blocked"
+    assert closed.blocked and closed.finish_reason == "content_filter"
     assert "data" in closed.decisions[0]["error"]
     assert not opened.blocked and opened.num_output_tokens > 0
     assert opened.decisions[0]["error"]

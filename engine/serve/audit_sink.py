@@ -1,0 +1,1 @@
+"""Placeholder until the audit package's API lands."""

@@ -1,0 +1,150 @@
+"""The engine client that vLLM's serving classes call. ``generate`` is the
+one place where a served request meets the guard: it is prepared with the
+same code as ``GuardedLLM`` (``innerguard.engine.requests``), sent with the
+guard's arguments, and its verdict is known before anything is yielded.
+
+A generation call that did not come through a guarded route has no
+request context and is refused: no path reaches the engine unguarded.
+"""
+from __future__ import annotations
+
+from typing import Any, AsyncGenerator, Mapping
+
+from vllm.sampling_params import RequestOutputKind
+
+from ..requests import GuardRequest, PreparedRequest, RequestError, prepare
+from ..verdicts import refuse, undecided
+from . import context
+
+INTERNAL = "innerguard-internal-"  # request ids of the server's own engine calls
+
+
+class GuardError(ValueError):
+    """A request the guard cannot serve; vLLM's serving classes turn a
+    ValueError into a 400 with this message."""
+
+
+class GuardedEngineClient:
+    def __init__(self, engine, guard):
+        self._engine = engine
+        self._guard = guard
+
+    def __getattr__(self, name: str) -> Any:  # everything else is vLLM's
+        return getattr(self._engine, name)
+
+    async def generate(self, prompt, sampling_params, request_id: str, **kwargs) -> AsyncGenerator[Any, None]:
+        ctx = context.current.get()
+        if ctx is None:
+            if request_id.startswith(INTERNAL):
+                async for out in self._engine.generate(prompt, sampling_params, request_id, **kwargs):
+                    yield out
+                return
+            raise GuardError("this endpoint is not guarded by innerguard; use /v1/chat/completions or /v1/completions")
+        index = ctx.calls
+        ctx.calls += 1
+        plan = self._guard.plan  # one revision for the whole request
+        prepared = self._prepare(ctx, index, prompt, plan)
+        if prepared.error is not None:
+            raise GuardError(f"innerguard: {prepared.error}")
+        if prepared.args is None:  # no policy applies: plain vLLM
+            ctx.results.append({})
+            async for out in self._engine.generate(prompt, sampling_params, request_id, **kwargs):
+                yield out
+            return
+        params = sampling_params.clone()
+        params.extra_args = {**(params.extra_args or {}), **prepared.extra_args}
+        final_only = params.output_kind == RequestOutputKind.FINAL_ONLY
+        if final_only:  # see the verdict after the first step, not at the end
+            params.output_kind = RequestOutputKind.CUMULATIVE
+        engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids), "cache_salt": prepared.cache_salt}
+        if prepared.calibration is not None:
+            await self._calibrate(prepared, request_id)
+        stream = self._engine.generate(engine_prompt, params, request_id, **kwargs)
+        try:
+            first = await anext(stream, None)
+            result = await self._guard.fetcher.take(prepared.key) if first is not None else None
+            if result is None:
+                result = undecided(prepared)
+                self._guard.log.error("guard recorded no decision for a guarded request", request=request_id)
+            await self._guard.decided(ctx, prepared, result, plan)
+            if first is None:
+                return
+            if result.get("blocked"):
+                yield refuse(first, result.get("message"), n=params.n, keep_logprobs=params.logprobs is not None)
+                return
+            if not final_only:
+                yield first
+                async for out in stream:
+                    yield out
+                return
+            # What FINAL_ONLY would have given: one output, every completion in it.
+            latest = {c.index: c for c in first.outputs}
+            last = first
+            async for last in stream:
+                latest.update((c.index, c) for c in last.outputs)
+            last.outputs = [latest[i] for i in sorted(latest)]
+            yield last
+        finally:
+            await stream.aclose()
+
+    def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
+        request = _guard_request(ctx, index, prompt)
+        prepared = prepare(plan, request, self._guard.tokenizer)
+        if prepared.error is None and ctx.route == "chat":
+            # vLLM rendered the conversation; the spans are ours. They must
+            # describe the very tokens the model reads.
+            theirs = _token_ids(prompt)
+            if theirs is not None and list(theirs) != list(prepared.prompt_token_ids):
+                return PreparedRequest(
+                    request=request,
+                    error="the chat template renders this conversation differently from innerguard's span "
+                    "rendering (tools, custom templates or template kwargs are not supported on guarded requests)",
+                )
+        return prepared
+
+    async def _calibrate(self, prepared: PreparedRequest, request_id: str) -> None:
+        from vllm import SamplingParams
+
+        calibration = prepared.calibration
+        params = SamplingParams(max_tokens=1, extra_args=calibration.extra_args)
+        prompt = {"prompt_token_ids": list(calibration.prompt_token_ids), "cache_salt": prepared.cache_salt}
+        async for _ in self._engine.generate(prompt, params, f"{INTERNAL}calibration-{request_id}"):
+            pass
+
+
+def _token_ids(prompt) -> list[int] | None:
+    if isinstance(prompt, Mapping):
+        ids = prompt.get("prompt_token_ids")
+        return list(ids) if ids is not None else None
+    return None
+
+
+def _guard_request(ctx, index: int, prompt) -> GuardRequest:
+    body = ctx.body
+    common = dict(
+        id=f"{index}",
+        extra_policies=ctx.client.policies,
+        tags=ctx.tags,
+        tenant=ctx.tenant,
+        route=ctx.route,
+    )
+    if ctx.route == "chat":
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise GuardError("'messages' must be a list")
+        return GuardRequest(messages=tuple(_plain_message(m) for m in messages), **common)
+    prompts = body.get("prompt")
+    prompts = prompts if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else [prompts]
+    if index >= len(prompts):
+        raise GuardError("more engine calls than prompts in the request")
+    text = prompts[index]
+    if not isinstance(text, str):
+        # Token ids carry no markers, so no span could be trusted or not.
+        raise GuardError("guarded completions take text prompts (token-id prompts carry no spans)")
+    return GuardRequest(prompt=text, **common)
+
+
+def _plain_message(message: Any) -> Mapping[str, Any]:
+    if not isinstance(message, Mapping):
+        raise GuardError("each message must be an object")
+    return {"role": message.get("role"), "content": message.get("content")}

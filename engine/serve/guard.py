@@ -1,0 +1,110 @@
+"""The server's guard state: the plan serving now, how to reach the
+worker's verdicts, and what to do once a request is decided (metrics,
+audit, the response's ``innerguard`` object)."""
+from __future__ import annotations
+
+import hmac
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..logging import get_logger
+from ..plan import Plan
+from . import metrics
+from .decisions import DecisionFetcher
+
+VERDICT_ORDER = ("block", "steer", "drop_documents", "rerank", "flag", "allow")
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    expose_signals: bool = False
+    admin_token: str | None = None
+    tenant_keys: Mapping[str, str] = field(default_factory=dict)  # API key -> tenant name
+    tenant_header: str | None = None
+    tags_header: str | None = None
+
+
+class ServerGuard:
+    def __init__(self, engine, plan: Plan, tokenizer, options: ServeOptions, audit=None, model_name: str = ""):
+        self.engine = engine
+        self.plan = plan
+        self.tokenizer = tokenizer
+        self.options = options
+        self.audit = audit
+        self.model_name = model_name
+        self.fetcher = DecisionFetcher(engine)
+        self.started = time.time()
+        self.last_reload: dict[str, Any] = {"result": "ok", "at": _iso(self.started), "reason": "start",
+                                            "bundle_hash": plan.bundle_hash, "error": None}
+        self.log = get_logger("innerguard.serve")
+        metrics.record_bundle(None, plan.bundle_hash)
+
+    # -- trusted request metadata --------------------------------------------
+    def tenant_of(self, headers: Mapping[str, str]) -> str | None:
+        scheme, _, key = (headers.get("authorization") or "").partition(" ")
+        if scheme.lower() == "bearer" and key:
+            for known, name in self.options.tenant_keys.items():
+                if hmac.compare_digest(known.encode(), key.encode()):
+                    return name
+        if self.options.tenant_header:
+            return headers.get(self.options.tenant_header.lower())
+        return None
+
+    def tags_of(self, headers: Mapping[str, str]) -> tuple[str, ...]:
+        if not self.options.tags_header:
+            return ()
+        raw = headers.get(self.options.tags_header.lower()) or ""
+        return tuple(t.strip() for t in raw.split(",") if t.strip())
+
+    # -- decisions -----------------------------------------------------------
+    async def decided(self, ctx, prepared, result: dict[str, Any], plan: Plan) -> None:
+        """Runs once per guarded prompt, before anything of it is returned."""
+        result.setdefault("decision_id", uuid.uuid4().hex)
+        result["bundle_hash"] = plan.bundle_hash
+        ctx.results.append(result)
+        metrics.record_decision(result)
+        if self.audit is not None:
+            await self.audit.record(ctx, prepared, result, plan)
+
+    def describe(self, ctx) -> dict[str, Any]:
+        """The response's ``innerguard`` object."""
+        described = [self._describe_one(r) for r in ctx.results]
+        if len(described) == 1:
+            return described[0]
+        verdicts = [d["verdict"] for d in described] or ["allow"]
+        return {"verdict": min(verdicts, key=VERDICT_ORDER.index), "prompts": described}
+
+    def _describe_one(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        if not result:
+            return {"verdict": "allow", "policies": []}
+        out = {
+            "decision_id": result.get("decision_id"),
+            "verdict": result.get("action", "allow"),
+            "bundle_hash": result.get("bundle_hash"),
+            "policies": [
+                {k: d.get(k) for k in ("policy", "version", "revision", "mode", "action", "rule")}
+                | ({"signals": d.get("signals", {})} if self.options.expose_signals else {})
+                for d in result.get("decisions", ())
+            ],
+        }
+        return out
+
+    # -- status --------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        return {
+            "bundle_hash": self.plan.bundle_hash,
+            "policies": [
+                {"name": p.name, "version": p.version, "revision": p.revision, "mode": p.mode}
+                for p in self.plan.policies
+            ],
+            "last_reload": self.last_reload,
+            "uptime_seconds": round(time.time() - self.started, 3),
+            "model": self.model_name,
+            **({"audit": self.audit.status()} if self.audit is not None else {}),
+        }
+
+
+def _iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts * 1000) % 1000:03d}Z"
