@@ -24,6 +24,7 @@ packages = _packages()
 setup(
     packages=list(packages),
     package_dir=packages,
-    package_data={name: ["**/*"] for name in DATA.values()},
+    package_data={**{name: ["**/*"] for name in DATA.values()},
+                  "innerguard.engine.audit": ["templates/*.j2"]},  # the audit report's template
     include_package_data=True,
 )

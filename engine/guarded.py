@@ -13,13 +13,15 @@ proves every hook fires before any request is served.
 """
 from __future__ import annotations
 
+import json
 import os
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from innerguard.engine import models
-from innerguard.engine.audit import AuditWriter
+from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
 from innerguard.engine.errors import EngineStartError
 from innerguard.engine.logging import get_logger
@@ -75,6 +77,8 @@ class GuardedLLM:
         policies: str | os.PathLike | Sequence[str | os.PathLike] | Plan,
         *,
         audit_log: str | os.PathLike | None = None,
+        audit_key_file: str | os.PathLike | None = None,
+        audit_durability: str = "batch",
         cache_dir: str | os.PathLike | None = None,
         **engine_overrides: Any,
     ):
@@ -89,7 +93,9 @@ class GuardedLLM:
         kwargs = guarded_engine_kwargs(str(self.model_dir), overrides=engine_overrides)
         self.llm = start_llm(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
-        self.audit = AuditWriter(audit_log) if audit_log else None
+        self.audit = AuditLog(audit_log, key=load_key(audit_key_file), durability=audit_durability) if audit_log else None
+        self.model_name = str(model)
+        self._verdicts: dict[str, dict[str, Any]] = {}  # taken from the worker, not yet returned
         self.plan: Plan | None = None
         self.install(plan)
 
@@ -165,11 +171,48 @@ class GuardedLLM:
                 for p in runnable
             ]
             params = [self._params(base, p) for p in runnable]
-            for p, out in zip(runnable, self.llm.generate(prompts, params, use_tqdm=use_tqdm)):
-                outputs[id(p)] = out
-        keys = [p.key for p in runnable if p.key]
-        results = self.llm.collective_rpc("innerguard_take_results", args=(keys,))[0] if keys else {}
-        return [self._output(p, outputs.get(id(p)), results, started) for p in prepared]
+            outputs = self._generate(runnable, prompts, params, started, use_tqdm)
+        return [self._output(p, outputs.get(id(p))) for p in prepared]
+
+    def _generate(self, runnable, prompts, params, started: float, use_tqdm: bool) -> dict[int, Any]:
+        """Steps the engine itself, so that each verdict is taken (and audited)
+        right after the step that decided it, not after the whole batch."""
+        from tqdm import tqdm
+
+        engine = self.llm.llm_engine
+        batch = uuid.uuid4().hex[:8]
+        by_id = {}
+        for i, (p, prompt, param) in enumerate(zip(runnable, prompts, params)):
+            request_id = f"innerguard-{batch}-{i}"
+            engine.add_request(request_id, prompt, param)
+            by_id[request_id] = p
+        waiting = {p.key: p for p in runnable if p.key}
+        outputs: dict[int, Any] = {}
+        bar = tqdm(total=len(by_id), desc="guarded requests", disable=not use_tqdm)
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                if out.finished and out.request_id in by_id:
+                    outputs[id(by_id[out.request_id])] = out
+                    bar.update(1)
+            if waiting:
+                self._take_verdicts(waiting, started)
+        bar.close()
+        if waiting:
+            self._take_verdicts(waiting, started)
+        for p in waiting.values():  # the worker never decided: the guard did not run
+            log.error("guard recorded no decision for a guarded request", request=p.request.id)
+            self._verdicts[p.key] = undecided(p)
+        return outputs
+
+    def _take_verdicts(self, waiting: dict[str, PreparedRequest], started: float) -> None:
+        found = self.llm.collective_rpc("innerguard_take_results", args=(list(waiting),))[0]
+        for key, result in found.items():
+            prepared = waiting.pop(key)
+            self._verdicts[key] = result
+            if self.audit is not None:
+                self.audit.record_decision(result, plan=self.plan, request=RequestInfo(
+                    request_id=prepared.request.id, received_at=started, model=self.model_name,
+                    prompt=_prompt_text(prepared.request), prompt_tokens=len(prepared.prompt_token_ids)))
 
     @staticmethod
     def _params(base, prepared: PreparedRequest):
@@ -180,24 +223,21 @@ class GuardedLLM:
             params.extra_args = {**(params.extra_args or {}), **prepared.extra_args}
         return params
 
-    def _output(self, prepared: PreparedRequest, out, results: Mapping[str, Any], started: float) -> GuardedOutput:
+    def _output(self, prepared: PreparedRequest, out) -> GuardedOutput:
         request = prepared.request
         if prepared.error is not None:
             return GuardedOutput(id=request.id, text="", token_ids=(), finish_reason=FINISH_ERROR, action="error", error=prepared.error)
         completion = out.outputs[0]
         result = {}
         if prepared.args is not None:
-            result = results.get(prepared.key)
-            if result is None:
-                # The worker never decided: the guard did not run. Loud, and
-                # closed for every policy that fails closed.
-                result = undecided(prepared)
-                log.error("guard recorded no decision for a guarded request", request=request.id)
-            if self.audit:
-                self.audit.write_decisions(request_id=request.id, bundle_hash=self.plan.bundle_hash, result=result, received_at=started)
+            result = self._verdicts.pop(prepared.key, None) or undecided(prepared)
         blocked = bool(result.get("blocked"))
         if blocked:
             refuse(out, result.get("message"), keep_logprobs=False)
+        if self.audit is not None and prepared.args is not None:
+            finished = out.outputs[0]
+            self.audit.record_completion(request.id, output=finished.text, output_tokens=len(finished.token_ids),
+                                         finish_reason=finished.finish_reason)
         return GuardedOutput(
             id=request.id,
             text=(result.get("message") or "") if blocked else completion.text,
@@ -215,7 +255,16 @@ class GuardedLLM:
         )
 
     def shutdown(self) -> None:
+        if self.audit is not None:
+            self.audit.close()
         engine = getattr(self.llm, "llm_engine", None)
         shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if shutdown:
             shutdown()
+
+
+def _prompt_text(request: GuardRequest) -> str:
+    """What the audit trail hashes for a request's prompt."""
+    if request.messages is not None:
+        return json.dumps([dict(m) for m in request.messages], ensure_ascii=False)
+    return request.prompt or ""

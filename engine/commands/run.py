@@ -40,7 +40,10 @@ output rows:
     parser.add_argument("--model", required=True, help="a known model name or a Hugging Face checkpoint folder")
     parser.add_argument("--input", required=True, help="requests, JSONL")
     parser.add_argument("--output", required=True, help="results, JSONL (overwritten)")
-    parser.add_argument("--audit-log", help="append one hash-chained JSON line per decision here")
+    parser.add_argument("--audit-log", help="write hash-chained audit records here (see 'innerguard audit --help')")
+    parser.add_argument("--audit-key-file", help="operator key that signs audit checkpoints (or env INNERGUARD_AUDIT_KEY)")
+    parser.add_argument("--audit-durability", choices=("sync", "batch", "none"), default="batch",
+                        help="sync: each record is on disk before its result is returned (default: batch)")
     parser.add_argument("--max-tokens", type=int, default=64, help="default max_tokens per request (default 64)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--cache-dir", help="model cache folder")
@@ -71,7 +74,8 @@ def _run(args: argparse.Namespace) -> int:
     from innerguard.engine.guarded import GuardedLLM
 
     rows = read_rows(args.input)
-    llm = GuardedLLM(args.model, args.policies, audit_log=args.audit_log, cache_dir=args.cache_dir)
+    llm = GuardedLLM(args.model, args.policies, audit_log=args.audit_log, audit_key_file=args.audit_key_file,
+                     audit_durability=args.audit_durability, cache_dir=args.cache_dir)
     outputs = llm.run(rows, SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens), use_tqdm=sys.stderr.isatty())
     with open(args.output, "w", encoding="utf-8") as f:
         for out in outputs:

@@ -60,6 +60,8 @@ class GuardedEngineClient:
         if prepared.calibration is not None:
             await self._calibrate(prepared, request_id)
         stream = self._engine.generate(engine_prompt, params, request_id, **kwargs)
+        result = None
+        usage = _Usage(params.output_kind)
         try:
             first = await anext(stream, None)
             result = await self._guard.fetcher.take(prepared.key) if first is not None else None
@@ -70,12 +72,12 @@ class GuardedEngineClient:
             if first is None:
                 return
             if result.get("blocked"):
-                yield refuse(first, result.get("message"), n=params.n, keep_logprobs=params.logprobs is not None)
+                yield usage.add(refuse(first, result.get("message"), n=params.n, keep_logprobs=params.logprobs is not None))
                 return
             if not final_only:
-                yield first
+                yield usage.add(first)
                 async for out in stream:
-                    yield out
+                    yield usage.add(out)
                 return
             # What FINAL_ONLY would have given: one output, every completion in it.
             latest = {c.index: c for c in first.outputs}
@@ -83,9 +85,11 @@ class GuardedEngineClient:
             async for last in stream:
                 latest.update((c.index, c) for c in last.outputs)
             last.outputs = [latest[i] for i in sorted(latest)]
-            yield last
+            yield usage.add(last)
         finally:
             await stream.aclose()
+            if result is not None:
+                self._guard.completed(result, usage.tokens, usage.finish_reason)
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)
@@ -110,6 +114,31 @@ class GuardedEngineClient:
         prompt = {"prompt_token_ids": list(calibration.prompt_token_ids), "cache_salt": prepared.cache_salt}
         async for _ in self._engine.generate(prompt, params, f"{INTERNAL}calibration-{request_id}"):
             pass
+
+
+class _Usage:
+    """Output tokens and finish reason of what was returned, for the audit
+    trail's completion record."""
+
+    def __init__(self, kind):
+        self._delta = kind == RequestOutputKind.DELTA
+        self._tokens: dict[int, int] = {}
+        self._finish: dict[int, str | None] = {}
+
+    def add(self, out):
+        for c in out.outputs:
+            self._tokens[c.index] = self._tokens.get(c.index, 0) * self._delta + len(c.token_ids)
+            self._finish[c.index] = c.finish_reason or self._finish.get(c.index)
+        return out
+
+    @property
+    def tokens(self) -> int:
+        return sum(self._tokens.values())
+
+    @property
+    def finish_reason(self) -> str | None:
+        reasons = sorted({r for r in self._finish.values() if r})
+        return ",".join(reasons) or None
 
 
 def _token_ids(prompt) -> list[int] | None:

@@ -17,14 +17,10 @@ class RequestContext:
     client: ClientOptions
     tenant: str | None
     tags: tuple[str, ...]
-    trace_id: str | None
+    traceparent: str | None
     received_at: float
     calls: int = 0  # engine calls made so far (one per prompt)
     results: list[dict[str, Any]] = field(default_factory=list)  # per prompt, in order
-
-    @property
-    def correlation_id(self) -> str | None:
-        return self.trace_id or self.client.correlation_id
 
 
 current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar("innerguard_request", default=None)

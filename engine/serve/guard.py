@@ -68,6 +68,10 @@ class ServerGuard:
         if self.audit is not None:
             await self.audit.record(ctx, prepared, result, plan)
 
+    def completed(self, result: dict[str, Any], output_tokens: int, finish_reason: str | None) -> None:
+        if self.audit is not None:
+            self.audit.completed(result, output_tokens, finish_reason)
+
     def describe(self, ctx) -> dict[str, Any]:
         """The response's ``innerguard`` object."""
         described = [self._describe_one(r) for r in ctx.results]

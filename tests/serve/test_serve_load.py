@@ -128,5 +128,17 @@ def test_200_concurrent_clients_through_a_reload_cycle(server, served_policies):
                 revisions.add(p["revision"])
     assert broken not in revisions and revisions <= set(good), (revisions, good)
     assert len(revisions) >= 2  # the reload happened under load
+    # Exactly one audit record per (request, evaluated policy), on disk before
+    # the response returned (the server runs --audit-durability sync).
+    from innerguard.engine.audit.query import read
+
+    recorded: dict[str, list[str]] = {}
+    for located in read([server.audit_dir]):
+        record = located.record
+        if record.get("type") == "decision":
+            recorded.setdefault(record["request_id"], []).append(record["policy"]["name"])
+    for _, response in results:
+        guard = guard_object(response)
+        assert sorted(recorded.get(guard["decision_id"], [])) == sorted(p["policy"] for p in guard["policies"])
     print(f"\n{len(results)} requests from {CLIENTS} clients in {elapsed:.1f}s; revisions served: {len(revisions)}")
     assert server.alive()
