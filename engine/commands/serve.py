@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
         from ..serve.audit_sink import open_audit
 
         audit = open_audit(args.audit_log, key_file=args.audit_key_file, durability=args.audit_durability,
-                           model_dir=model_dir, model_name=name)
+                           model_name=name)
     uvloop.run(serve(args, sources=[Path(p) for p in args.policies], model_dir=model_dir, options=options,
                      audit=audit, watch_interval=args.watch_interval))
     return 0
