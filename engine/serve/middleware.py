@@ -54,6 +54,9 @@ class GuardMiddleware:
             return await _error(send, 400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
         if not isinstance(parsed, dict):
             return await _error(send, 400, "request body must be a JSON object")
+        if parsed.get("use_beam_search"):
+            return await _error(send, 400, "beam search is not supported on guarded requests",
+                                "each beam would be a separate engine request; use sampling")
         try:
             options = client_options(parsed)
         except RequestError as exc:

@@ -43,6 +43,7 @@ BAD_REQUESTS = [
     ("max_tokens of the wrong type", chat(ALLOWED, max_tokens="many"), {}, 400, "max_tokens"),
     ("non-text message content", {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
      {}, 400, "string content"),
+    ("beam search", chat(ALLOWED, use_beam_search=True, n=2), {}, 400, "beam search"),
     ("an unguarded generation route", {"model": MODEL, "input": "hi"}, {"path": "/v1/responses"}, 404, "not served"),
 ]
 
