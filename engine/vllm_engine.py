@@ -10,15 +10,17 @@ fire inside compiled graphs.
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
-from innerguard.engine.plan import Plan
+from innerguard.engine.plan import Plan, encode_request_args
 
 log = get_logger(__name__)
 
 EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
+SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"  # makes a block final inside the engine
 
 
 def import_vllm():
@@ -68,25 +70,113 @@ def start_llm(**kwargs):
         raise EngineStartError(f"vLLM could not start the engine for {kwargs.get('model')}: {exc}", hint=hint) from None
 
 
+def guarded_engine_kwargs(model: str, *, eager: bool = True, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``engine_kwargs`` for a guarded engine: innerguard's worker extension
+    and its scheduler (which makes a block final inside the engine)."""
+    guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER}
+    return engine_kwargs(model, eager=eager, overrides={**guard, **(overrides or {})})
+
+
+# A request naming a bundle the worker does not have is always blocked: the
+# self-check uses one to prove a block is final (ignore_eos would otherwise run on).
+_PROBE_BUNDLE = "innerguard-self-check-no-such-bundle"
+_PROBE_TOKENS = [1, 2, 3]
+
+
+def _probe_params(key: str):
+    from vllm import SamplingParams
+
+    args = {"id": key, "policies": ["self-check"], "bundle": _PROBE_BUNDLE, "spans": {"self-check": {}}, "text_signals": {}}
+    return SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.0, extra_args=encode_request_args(args))
+
+
+def _self_check_failure(info: dict[str, Any], calls: dict[str, int], probe_tokens: int) -> str | None:
+    silent = [p for p in info["hook_points"] if not calls.get(p)]
+    if silent:
+        return (
+            f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
+            "(is the engine running compiled graphs?)"
+        )
+    if probe_tokens > 1:
+        return (
+            f"self-check failed: a blocked request went on to {probe_tokens} tokens "
+            f"(is scheduler_cls={SCHEDULER} active?)"
+        )
+    return None
+
+
+def _install_error(exc: Exception) -> EngineStartError:
+    return EngineStartError(f"innerguard could not install its hooks: {exc}")
+
+
+def _self_check_error(message: str) -> EngineStartError:
+    return EngineStartError(message, hint="run vLLM eager (enforce_eager=True) and start it with guarded_engine_kwargs; "
+                            "innerguard refuses to serve with a silent guard")
+
+
 def install_plan(llm, plan: Plan) -> dict[str, Any]:
     """Install ``plan`` in the workers of a ``vllm.LLM`` started with
-    ``worker_extension_cls=EXTENSION``, then prove every hook fires: one tiny
-    forward pass must reach each hook point, or the engine is refused."""
+    ``guarded_engine_kwargs``, then prove it works before it serves: one tiny
+    forward must reach every hook point, and a blocked probe must end after
+    one token. On any failure the previous plan keeps serving."""
     from vllm import SamplingParams
 
     try:
         info = llm.collective_rpc("innerguard_install", args=(plan.to_dict(),))[0]
     except Exception as exc:
-        raise EngineStartError(f"innerguard could not install its hooks: {exc}") from None
-    llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})
-    llm.generate([{"prompt_token_ids": [1, 2, 3]}], SamplingParams(max_tokens=1), use_tqdm=False)
-    calls = llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True})[0]
-    silent = [p for p in info["hook_points"] if not calls.get(p)]
-    if silent:
-        llm.collective_rpc("innerguard_uninstall")
-        raise EngineStartError(
-            f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
-            "(is the engine running compiled graphs?)",
-            hint="run vLLM eager (enforce_eager=True); innerguard refuses to serve with a silent guard",
+        raise _install_error(exc) from None
+    bundle = plan.bundle_hash
+    try:
+        llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
+        key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
+        outs = llm.generate(
+            [{"prompt_token_ids": _PROBE_TOKENS}] * 2,
+            [SamplingParams(max_tokens=1), _probe_params(key)],
+            use_tqdm=False,
         )
+        calls = llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})[0]
+        llm.collective_rpc("innerguard_take_results", args=([key],))
+        failure = _self_check_failure(info, calls, len(outs[1].outputs[0].token_ids))
+    except Exception as exc:
+        failure = f"self-check failed: {type(exc).__name__}: {exc}"
+    if failure:
+        llm.collective_rpc("innerguard_rollback", args=(bundle,))
+        raise _self_check_error(failure)
+    llm.collective_rpc("innerguard_commit", args=(bundle,))
     return info
+
+
+async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
+    """``install_plan`` for ``vllm.v1.engine.async_llm.AsyncLLM`` (the OpenAI
+    server's engine client): its ``collective_rpc`` is a coroutine and the
+    self-check goes through ``generate``. Requests in flight keep their plan."""
+    from vllm import SamplingParams
+
+    try:
+        info = (await engine_client.collective_rpc("innerguard_install", args=(plan.to_dict(),)))[0]
+    except Exception as exc:
+        raise _install_error(exc) from None
+    bundle = plan.bundle_hash
+    try:
+        await engine_client.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
+        key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
+        await _drain(engine_client.generate({"prompt_token_ids": _PROBE_TOKENS}, SamplingParams(max_tokens=1),
+                                            request_id=f"{key}-forward"))
+        probe = await _drain(engine_client.generate({"prompt_token_ids": _PROBE_TOKENS}, _probe_params(key), request_id=key))
+        calls = (await engine_client.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle}))[0]
+        await engine_client.collective_rpc("innerguard_take_results", args=([key],))
+        failure = _self_check_failure(info, calls, len(probe.outputs[0].token_ids) if probe else 0)
+    except Exception as exc:
+        failure = f"self-check failed: {type(exc).__name__}: {exc}"
+    if failure:
+        await engine_client.collective_rpc("innerguard_rollback", args=(bundle,))
+        raise _self_check_error(failure)
+    await engine_client.collective_rpc("innerguard_commit", args=(bundle,))
+    return info
+
+
+async def _drain(outputs):
+    last = None
+    async for last in outputs:
+        pass
+    return last

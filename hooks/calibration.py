@@ -4,19 +4,22 @@ The engine sends it just before the request it calibrates, with the same
 cache salt: the documents before the query are computed once, by this pass,
 and vLLM's prefix cache serves them to the real request. So this pass keeps
 what the real request cannot see for itself: K of the shared prefix, and the
-"N/A" query's attention over every token.
+"N/A" query's attention over every token. An entry whose request never comes
+expires after a TTL.
 """
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from typing import Any
 
 import torch
 
-from innerguard.hooks.analyzers import reranker
-from innerguard.hooks.analyzers.attention import HeadGeometry
+from .analyzers import reranker
+from .analyzers.attention import HeadGeometry
 
 MAX_PENDING = 256  # calibrations whose request has not arrived yet
+DEFAULT_TTL_S = 300.0
 
 
 def geometry_of(plan) -> HeadGeometry:
@@ -29,8 +32,9 @@ def query_token_attention(spec, state, geometry, modules) -> torch.Tensor:
     heads = [(int(l), int(h)) for l, h in spec.params["heads"]]
     layers = sorted({l for l, _ in heads})
     start, end = state.query_span
-    q = {l: torch.cat(state.q_query[l]) for l in layers}
-    k = {l: torch.cat(state.k_chunks[l]) for l in layers}
+    captures = state.captures
+    q = {l: torch.cat(captures.q_query[l]) for l in layers}
+    k = {l: captures.keys(l) for l in layers}
     for l in layers:
         if k[l].shape[0] != state.num_prompt_tokens or q[l].shape[0] != end - start:
             raise RuntimeError(
@@ -41,40 +45,44 @@ def query_token_attention(spec, state, geometry, modules) -> torch.Tensor:
 
 
 class CalibrationStore:
-    def __init__(self):
+    def __init__(self, ttl_s: float = DEFAULT_TTL_S):
+        self.ttl_s = ttl_s
         self._pending: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._pending)
 
     def record(self, state, plan, analyzers, modules) -> None:
         """Called when a calibration pass has read its whole prompt."""
         geometry = geometry_of(plan)
-        entry: dict[str, Any] = {"scores": {}, "errors": {}, "k": {}}
+        entry: dict[str, Any] = {"scores": {}, "errors": {}, "k": {}, "at": time.monotonic()}
         for signal in state.args.get("rerank") or {}:
             try:
+                if state.error:
+                    raise RuntimeError(state.error)
                 entry["scores"][signal] = query_token_attention(analyzers[signal], state, geometry, modules)
             except Exception as exc:  # the real request reports it
                 entry["errors"][signal] = f"calibration pass failed: {type(exc).__name__}: {exc}"
         end = state.query_span[0] if state.query_span else 0
-        entry["k"] = {l: torch.cat(chunks)[:end] for l, chunks in state.k_chunks.items() if chunks}
+        if not state.error and state.captures.start == 0:
+            entry["k"] = {l: state.captures.keys(l)[:end] for l, chunks in state.captures.k.items() if chunks}
         self._pending[state.args["calibration_for"]] = entry
+        self._pending.move_to_end(state.args["calibration_for"])
         while len(self._pending) > MAX_PENDING:
             self._pending.popitem(last=False)
 
-    def restore_prefix(self, state, cached: int) -> None:
-        """Give a request whose first ``cached`` tokens came from the prefix
-        cache the K its calibration pass captured for them."""
-        entry = self._pending.get(state.key)
-        if not state.qk_layers:
-            return
-        if entry is None or any(entry["k"].get(l) is None or entry["k"][l].shape[0] < cached for l in state.qk_layers):
-            state.capture_error = (
-                f"{cached} prompt tokens came from the prefix cache and no captures exist for them"
-            )
-            return
-        for layer in state.qk_layers:
-            state.k_chunks[layer] = [entry["k"][layer][:cached]]
+    def prefix(self, key: str, layers, length: int) -> dict[int, torch.Tensor] | None:
+        """K of the first ``length`` prompt tokens, if the calibration pass of
+        request ``key`` captured them at every layer in ``layers``."""
+        entry = self._pending.get(key)
+        if entry is None or any(entry["k"].get(l) is None or entry["k"][l].shape[0] < length for l in layers):
+            return None
+        return {l: entry["k"][l] for l in layers}
 
     def take(self, key: str) -> dict[str, Any] | None:
         return self._pending.pop(key, None)
 
-    def peek(self, key: str) -> dict[str, Any] | None:
-        return self._pending.get(key)
+    def expire(self) -> None:
+        cutoff = time.monotonic() - self.ttl_s
+        while self._pending and next(iter(self._pending.values()))["at"] < cutoff:
+            self._pending.popitem(last=False)

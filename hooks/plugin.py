@@ -12,6 +12,6 @@ logger = logging.getLogger("innerguard")
 
 
 def register() -> None:
-    import innerguard.hooks.worker_extension  # noqa: F401  (fail at start if broken)
+    from . import worker_extension  # noqa: F401  (fail at start if broken)
 
     logger.debug("innerguard vLLM plugin loaded")

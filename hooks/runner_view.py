@@ -5,11 +5,14 @@ Each model runner keeps its batch differently, so each gets one small
 ``StepReader``. The runtime asks for a ``StepView`` at the start of every
 forward and never touches the runner itself. An unknown runner is refused at
 install time: guessing would mean a guard that silently captures nothing.
+The scheduler's per-step events (``StepEvents``) and the step's output are
+read where both runners meet: the worker's ``execute_model`` and
+``sample_tokens``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -36,12 +39,55 @@ class StepView:
     num_tokens: int
 
 
+@dataclass(frozen=True)
+class StepEvents:
+    """What the scheduler says about requests, read from its ``SchedulerOutput``
+    before the runner sees it (the same object for both runners)."""
+
+    added: tuple[str, ...] = ()  # new; Model Runner V2 also re-adds resumed ones
+    finished: frozenset[str] = frozenset()  # finished or aborted
+    preempted: frozenset[str] = frozenset()
+    scheduled: frozenset[str] = frozenset()
+
+    @classmethod
+    def read(cls, scheduler_output) -> "StepEvents":
+        return cls(
+            added=tuple(new.req_id for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ()),
+            finished=frozenset(getattr(scheduler_output, "finished_req_ids", None) or ()),
+            preempted=frozenset(getattr(scheduler_output, "preempted_req_ids", None) or ()),
+            scheduled=frozenset(getattr(scheduler_output, "num_scheduled_tokens", None) or ()),
+        )
+
+
+def watch_steps(worker, on_schedule: Callable[[StepEvents], None], on_output: Callable[[Any], Any]) -> None:
+    """Wrap the worker's ``execute_model`` / ``sample_tokens`` (on the instance:
+    a worker extension may not redefine them). The same two calls exist for
+    both runners; the V1 runner computes logits in the first, V2 in the
+    second, and either may return the step's output."""
+    if getattr(worker, "_innerguard_watched", False):
+        return
+    execute_model, sample_tokens = worker.execute_model, worker.sample_tokens
+
+    def execute_model_watched(scheduler_output, *args, **kwargs):
+        on_schedule(StepEvents.read(scheduler_output))
+        return on_output(execute_model(scheduler_output, *args, **kwargs))
+
+    def sample_tokens_watched(*args, **kwargs):
+        return on_output(sample_tokens(*args, **kwargs))
+
+    worker.execute_model = execute_model_watched
+    worker.sample_tokens = sample_tokens_watched
+    worker._innerguard_watched = True
+
+
 class StepReader(Protocol):
     name: str
 
     def step(self, positions) -> StepView: ...
 
     def extra_args(self, req_id: str) -> dict[str, Any] | None: ...
+
+    def prompt_token_ids(self, req_id: str) -> list[int] | None: ...
 
 
 class V1RunnerReader:
@@ -85,6 +131,9 @@ class V1RunnerReader:
         params = getattr(state, "sampling_params", None)
         return getattr(params, "extra_args", None)
 
+    def prompt_token_ids(self, req_id: str):
+        return getattr(self._runner.requests.get(req_id), "prompt_token_ids", None)
+
 
 class V2RunnerReader:
     """Model Runner V2 (``vllm/v1/worker/gpu/model_runner.py``; the GPU default
@@ -110,7 +159,7 @@ class V2RunnerReader:
 
     def __init__(self, runner):
         self._runner = runner
-        self._requests: dict[str, tuple[int, dict | None]] = {}  # req_id -> (prompt length, extra_args)
+        self._requests: dict[str, tuple[int, dict | None, list | None]] = {}  # req_id -> (prompt length, extra_args, prompt)
         self._batch = None
         add_requests = runner.add_requests
         prepare_inputs = runner.prepare_inputs
@@ -155,24 +204,27 @@ class V2RunnerReader:
                 start=int(qsl[i]),
                 end=int(qsl[i + 1]),
                 first_position=int(starts[i]),
-                num_prompt_tokens=self._requests.get(req_id, (0, None))[0],
+                num_prompt_tokens=self._requests.get(req_id, (0, None, None))[0],
             )
             for i, req_id in enumerate(req_ids)
         )
         return StepView(rows=rows, num_tokens=num_tokens)
 
     def extra_args(self, req_id: str):
-        return self._requests.get(req_id, (0, None))[1]
+        return self._requests.get(req_id, (0, None, None))[1]
+
+    def prompt_token_ids(self, req_id: str):
+        return self._requests.get(req_id, (0, None, None))[2]
 
 
-def _new_request_entry(new) -> tuple[int, dict | None]:
-    """(prompt length, extra_args) of a ``NewRequestData``."""
+def _new_request_entry(new) -> tuple[int, dict | None, list | None]:
+    """(prompt length, extra_args, prompt token ids) of a ``NewRequestData``."""
     prompt = getattr(new, "prompt_token_ids", None)
     prompt_len = getattr(new, "prompt_len", None)  # a property from vLLM 0.32 on
     if prompt_len is None:
         prompt_len = len(prompt) if prompt is not None else len(getattr(new, "prefill_token_ids", None) or ())
     params = getattr(new, "sampling_params", None)
-    return int(prompt_len), getattr(params, "extra_args", None)
+    return int(prompt_len), getattr(params, "extra_args", None), prompt
 
 
 def reader_for(runner) -> StepReader:

@@ -3,12 +3,11 @@ analyzer specs. Each analyzer failure is recorded, never swallowed: the
 decision then follows the policy's error mode."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import torch
-
-from innerguard.hooks.analyzers import attention_tracker, probe, reranker
-from innerguard.hooks.calibration import geometry_of, query_token_attention
+from .analyzers import attention_tracker, probe, reranker
+from .calibration import geometry_of, query_token_attention
 
 
 def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str, Any], dict[str, str]]:
@@ -34,9 +33,17 @@ def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str,
                 signals[name] = _relevance(spec, state, geometry, modules)
             else:
                 raise NotImplementedError(f"the {spec.kind} analyzer does not run inside vLLM")
+            _check_finite(signals[name])
         except Exception as exc:  # recorded and acted on by the error mode
             errors[name] = f"{type(exc).__name__}: {exc}"
     return signals, errors
+
+
+def _check_finite(value: Any) -> None:
+    """A NaN compares false with every threshold: it would read as "fine"."""
+    for v in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"the analyzer produced {v}")
 
 
 def _spans(state, policy: str, role: str) -> list[tuple[int, int]]:
@@ -49,8 +56,8 @@ def _spans(state, policy: str, role: str) -> list[tuple[int, int]]:
 def _focus(spec, state, geometry, modules) -> float:
     heads = [(int(layer), int(head)) for layer, head in spec.params["heads"]]
     layers = sorted({layer for layer, _ in heads})
-    q_last = {layer: state.q_last[layer] for layer in layers}
-    k_all = {layer: torch.cat(state.k_chunks[layer]) for layer in layers}
+    q_last = {layer: state.captures.q_last[layer] for layer in layers}
+    k_all = {layer: state.captures.keys(layer) for layer in layers}
     for layer in layers:
         if k_all[layer].shape[0] != state.num_prompt_tokens:
             raise RuntimeError(
@@ -71,7 +78,7 @@ def _focus(spec, state, geometry, modules) -> float:
 
 def _probe(spec, state, vectors) -> float:
     params = spec.params
-    residual = state.residual_last[int(params["layer"])]
+    residual = state.captures.residual_last[int(params["layer"])]
     vector = vectors[params["vector"]]
     if params.get("score", "cosine") == "cosine":
         return probe.concept_cosine(residual, vector)

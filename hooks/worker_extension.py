@@ -1,8 +1,11 @@
 """The vLLM worker extension (``LLM(worker_extension_cls=...)``).
 
-Its methods are called through ``llm.collective_rpc``: install (or hot-swap) a
-compiled plan, report which hooks fired, hand back per-request results. The
-extension never overrides worker methods; hooks go on the loaded model.
+Its methods are called through ``collective_rpc``, between engine steps.
+Installing a plan is two-phase: ``innerguard_install`` loads and hooks it
+(staged: only requests naming its bundle run under it), the engine side runs
+its self-check, then ``innerguard_commit`` makes it current or
+``innerguard_rollback`` drops it. Any failure leaves the running plan as it
+was. An older plan keeps its hooks until its last request finishes.
 """
 from __future__ import annotations
 
@@ -11,77 +14,130 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from innerguard.engine.plan import Plan
-from innerguard.hooks.decisions import decide
-from innerguard.hooks.modules import ModelModules
-from innerguard.hooks.runner_view import reader_for
-from innerguard.hooks.runtime import GuardRuntime
-from innerguard.hooks.signals import compute_signals
+from ..engine.plan import Plan
+from .decisions import decide
+from .lifecycle import Lifecycle
+from .modules import ModelModules
+from .runner_view import reader_for, watch_steps
+from .runtime import GuardRuntime
+from .signals import compute_signals
+from .verdicts import SCHEDULER
 
 
-def _load_vectors(plan: Plan, device) -> dict[str, torch.Tensor]:
+class UnsupportedEngineError(RuntimeError):
+    pass
+
+
+def refuse_unsupported(vllm_config) -> None:
+    """Engines innerguard cannot guard faithfully, refused in one line each."""
+    parallel = vllm_config.parallel_config
+    if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
+        # Each rank would see only its shard of heads or layers.
+        raise UnsupportedEngineError("innerguard supports one GPU per engine (tensor and pipeline parallel size 1)")
+    spec = getattr(vllm_config, "speculative_config", None)
+    if spec is not None:
+        raise UnsupportedEngineError(
+            f"innerguard refuses speculative decoding ({getattr(spec, 'method', None) or 'enabled'}): "
+            "its decision reads exactly one logits row per request"
+        )
+    scheduler = vllm_config.scheduler_config.scheduler_cls
+    name = scheduler if isinstance(scheduler, str) or scheduler is None else f"{scheduler.__module__}.{scheduler.__qualname__}"
+    if name != SCHEDULER:
+        raise UnsupportedEngineError(
+            f"innerguard needs its scheduler (scheduler_cls={SCHEDULER}) to make a block final; "
+            f"this engine runs {name or 'vLLM default'} (start it with guarded_engine_kwargs)"
+        )
+
+
+def _load_vectors(plan: Plan, device, hidden_size: int) -> dict[str, torch.Tensor]:
     vectors = {}
     for name, ref in plan.vectors.items():
         with safe_open(ref.path, framework="pt") as f:  # safetensors only: no pickles
-            vectors[name] = f.get_tensor(ref.key).to(device=device, dtype=torch.float32)
+            vector = f.get_tensor(ref.key).to(device=device, dtype=torch.float32)
+        if vector.shape != (hidden_size,) or not torch.isfinite(vector).all():
+            raise ValueError(f"vector {name} ({ref.path}:{ref.key}) is {tuple(vector.shape)} or not finite; expected [{hidden_size}]")
+        vectors[name] = vector
     return vectors
 
 
 class InnerguardWorkerExtension:
-    def innerguard_install(self, plan_data: dict[str, Any]) -> dict[str, Any]:
-        """Install ``plan_data`` (``Plan.to_dict()``), replacing any plan before it.
+    def _innerguard(self) -> Lifecycle:
+        lifecycle = getattr(self, "_innerguard_lifecycle", None)
+        if lifecycle is None:
+            lifecycle = Lifecycle(reader_for(self.model_runner))
+            watch_steps(self, lifecycle.on_schedule, lifecycle.on_output)
+            self._innerguard_lifecycle = lifecycle
+        return lifecycle
 
-        Runs between engine steps, so a swap is atomic for the batch; requests
-        already in flight keep the policies they started with.
-        """
-        plan = Plan.from_dict(plan_data)
+    def innerguard_install(self, plan_data: dict[str, Any]) -> dict[str, Any]:
+        """Load ``plan_data`` (``Plan.to_dict()``) and hook it, staged."""
         runner = self.model_runner
-        parallel = runner.vllm_config.parallel_config
-        if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
-            # Each rank would see only its shard of heads or layers.
-            raise ValueError("innerguard supports one GPU per engine (tensor and pipeline parallel size 1)")
-        reader = getattr(self, "_innerguard_reader", None) or reader_for(runner)
-        self._innerguard_reader = reader
-        model = runner.get_model()
+        refuse_unsupported(runner.vllm_config)
+        plan = Plan.from_dict(plan_data)
         hf_config = runner.model_config.hf_config
-        modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner))
         if hf_config.num_hidden_layers != plan.model.num_layers or hf_config.hidden_size != plan.model.hidden_size:
             raise ValueError(
                 f"plan was compiled for {plan.model.num_layers} layers / hidden {plan.model.hidden_size}, "
                 f"but vLLM serves {hf_config.num_hidden_layers} / {hf_config.hidden_size}"
             )
-        device = next(model.parameters()).device
-        runtime = GuardRuntime(
-            plan, modules, reader, _load_vectors(plan, device), compute_signals, decide
-        ).install()
-        old = getattr(self, "_innerguard_runtime", None)
-        if old is not None:
-            old.uninstall()
-            runtime.results.update(old.results)
-        self._innerguard_runtime = runtime
+        model = runner.get_model()
+        modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner))
+        vectors = _load_vectors(plan, next(model.parameters()).device, plan.model.hidden_size)
+        lifecycle = self._innerguard()
+        runtime = GuardRuntime(plan, modules, vectors, compute_signals, decide).install(lifecycle)
+        lifecycle.attach(model)
+        lifecycle.stage(runtime)
         return {
-            "runner": reader.name,
+            "runner": lifecycle.reader.name,
             "hook_points": runtime.hook_points,
             "bundle_hash": plan.bundle_hash,
             "enforce_eager": bool(runner.model_config.enforce_eager),
         }
 
-    def innerguard_hook_calls(self, reset: bool = False) -> dict[str, int]:
-        runtime = self._innerguard_runtime
-        calls = dict(runtime.hook_calls)
+    def innerguard_commit(self, bundle_hash: str) -> None:
+        """The staged plan becomes current; the previous one retires."""
+        self._innerguard().commit(bundle_hash)
+
+    def innerguard_rollback(self, bundle_hash: str | None = None) -> bool:
+        """Drop the staged plan (its self-check failed); the current one stays."""
+        return self._innerguard().rollback(bundle_hash)
+
+    def innerguard_hook_calls(self, reset: bool = False, bundle_hash: str | None = None) -> dict[str, int]:
+        """Hook calls of the plan ``bundle_hash`` (default: the current one)."""
+        lifecycle = self._innerguard()
+        runtime = next((r for r in lifecycle.runtimes() if r.bundle == bundle_hash), None) if bundle_hash else None
+        runtime = runtime or lifecycle.current or lifecycle.staged
+        calls = {**(runtime.hook_calls if runtime else {}), "step": lifecycle.hook_calls["step"]}
         if reset:
-            runtime.hook_calls.clear()
+            lifecycle.hook_calls.clear()
+            if runtime is not None:
+                runtime.hook_calls.clear()
         return calls
 
     def innerguard_take_results(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        results = self._innerguard_runtime.results
-        return {key: results.pop(key) for key in keys if key in results}
+        return self._innerguard().results.take(keys)
+
+    def innerguard_stats(self) -> dict[str, Any]:
+        """Counts of what the worker holds: live request states, results and
+        calibrations not yet taken, installed plans."""
+        return self._innerguard().stats()
+
+    def innerguard_configure(self, result_ttl_s: float | None = None, retire_grace_s: float | None = None) -> None:
+        """``result_ttl_s``: how long a finished request's result (and a
+        calibration whose request never came) waits to be taken.
+        ``retire_grace_s``: how long a replaced plan keeps its hooks once idle,
+        for requests prepared for it that the scheduler has not started yet."""
+        lifecycle = self._innerguard()
+        if result_ttl_s is not None:
+            lifecycle.results.ttl_s = lifecycle.calibrations.ttl_s = float(result_ttl_s)
+        if retire_grace_s is not None:
+            lifecycle.retire_grace_s = float(retire_grace_s)
+            lifecycle._drop_idle()
 
     def innerguard_uninstall(self) -> None:
-        runtime = getattr(self, "_innerguard_runtime", None)
-        if runtime is not None:
-            runtime.uninstall()
-            self._innerguard_runtime = None
+        lifecycle = getattr(self, "_innerguard_lifecycle", None)
+        if lifecycle is not None:
+            lifecycle.detach()
 
 
 def _eos_token_id(runner) -> int:

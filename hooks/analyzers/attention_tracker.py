@@ -21,8 +21,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from innerguard.hooks.analyzers.attention import Geometry, attention_rows
-from innerguard.hooks.analyzers.spans import Spans, span_mask
+from .attention import Geometry, attention_rows
+from .spans import Spans, span_mask
 
 
 def head_focus(

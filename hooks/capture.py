@@ -1,0 +1,101 @@
+"""Capture hooks: post-RoPE Q/K at each attention input and the residual
+stream after a decoder layer, kept per request until it is decided.
+
+Captures are positional: they hold K for prompt positions ``[start, end)``.
+A recompute after preemption restarts below ``end``, and what is held from
+there on is dropped before it is captured again, so a request decides on
+exactly one copy of its prompt.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+class CaptureGap(RuntimeError):
+    pass
+
+
+@dataclass(eq=False)
+class Captures:
+    start: int | None = None  # first prompt position whose K is held
+    end: int = 0  # one past the last
+    query_start: int = 0  # the reranker's first query position
+    k: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    q_last: dict[int, torch.Tensor] = field(default_factory=dict)
+    q_query: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+    residual_last: dict[int, torch.Tensor] = field(default_factory=dict)
+
+    def seek(self, position: int, end: int) -> None:
+        """This step computes prompt positions ``[position, end)``."""
+        if self.start is None or position <= self.start:
+            self.clear()
+            self.start = position
+        elif position < self.end:  # recomputed after preemption
+            self.k = _truncate(self.k, position - self.start)
+            self.q_query = _truncate(self.q_query, max(position - self.query_start, 0))
+        elif position > self.end:
+            raise CaptureGap(f"prompt positions {self.end}..{position} were never computed by this request")
+        self.end = end
+
+    def keys(self, layer: int) -> torch.Tensor:
+        return torch.cat(self.k[layer])
+
+    def prepend(self, prefix: dict[int, torch.Tensor]) -> None:
+        """K of positions ``[0, start)``, computed by another pass of the same prompt."""
+        for layer, keys in prefix.items():
+            self.k[layer] = [keys[: self.start], *self.k.get(layer, [])]
+        self.start = 0
+
+    def clear(self) -> None:
+        self.start, self.end = None, 0
+        self.k, self.q_last, self.q_query, self.residual_last = {}, {}, {}, {}
+
+
+def _truncate(chunks: dict[int, list[torch.Tensor]], rows: int) -> dict[int, list[torch.Tensor]]:
+    return {layer: [torch.cat(c)[:rows]] for layer, c in chunks.items() if c}
+
+
+def qk_hook(runtime, layer: int):
+    """Forward pre-hook on ``layers[layer].self_attn.attn``: its inputs are Q, K, V."""
+
+    def capture_qk(module, args):
+        runtime.hook_calls[f"qk.{layer}"] += 1
+        q, k = args[0], args[1]
+        for rows in runtime.rows:
+            state = rows.state
+            if layer not in state.qk_layers or not state.capturing:
+                continue
+            try:
+                a, b = rows.prompt_rows
+                if b > a:
+                    state.captures.k.setdefault(layer, []).append(k[a:b].detach().clone())
+                if rows.last_row is not None:
+                    state.captures.q_last[layer] = q[rows.last_row].detach().clone()
+                qa, qb = rows.query_rows
+                if qb > qa:
+                    state.captures.q_query.setdefault(layer, []).append(q[qa:qb].detach().clone())
+            except Exception as exc:  # this request's rows, not the batch
+                state.fail(f"capture at layer {layer} failed: {type(exc).__name__}: {exc}")
+
+    return runtime.contained(f"qk.{layer}", capture_qk)
+
+
+def residual_hook(runtime, layer: int):
+    """Forward hook on ``layers[layer]``: the stream is vLLM's hidden + residual."""
+
+    def capture_residual(module, args, output):
+        runtime.hook_calls[f"residual.{layer}"] += 1
+        hidden, residual = output
+        for rows in runtime.rows:
+            state = rows.state
+            if rows.last_row is None or layer not in state.residual_layers or not state.capturing:
+                continue
+            try:
+                r = rows.last_row
+                state.captures.residual_last[layer] = (hidden[r] + residual[r]).detach().clone()
+            except Exception as exc:
+                state.fail(f"residual capture at layer {layer} failed: {type(exc).__name__}: {exc}")
+
+    return runtime.contained(f"residual.{layer}", capture_residual)

@@ -1,0 +1,389 @@
+"""Per-request state inside the worker, driven by vLLM's own events.
+
+A request's state is created the first time its rows are seen (its
+arguments are read then) and dropped when the scheduler reports it finished
+or aborted (``finished_req_ids``). Preemption keeps it: a recompute rewinds
+its captures, a steer decided before carries on. Nothing is pruned by count.
+
+Also here: which installed plan a request runs under (its ``bundle``),
+sibling groups (``n > 1``), and the results waiting to be taken.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from .calibration import CalibrationStore
+from .capture import Captures
+from .decide_step import failed_decision
+from .request_args import BadArguments, check_positions, read_args
+from .results import ResultStore
+from .runner_view import RowSpan, StepEvents
+from .steer import ActiveSteer, steer_rows
+from .verdicts import attach
+
+log = logging.getLogger("innerguard")
+
+RETIRE_GRACE_S = 60.0
+
+
+@dataclass(eq=False)
+class Group:
+    """Requests with one key, one prompt and one set of arguments: vLLM's
+    children of an ``n > 1`` request. They share one decision."""
+
+    key: str
+    digest: int
+    members: set[str] = field(default_factory=set)
+    result: dict[str, Any] | None = None
+
+
+@dataclass(eq=False)
+class RequestState:
+    req_id: str
+    key: str  # the caller's id (vLLM appends a random suffix to its own)
+    runtime: Any  # the GuardRuntime (plan) this request runs under
+    group: Group
+    args: dict[str, Any]
+    num_prompt_tokens: int
+    policies: tuple = ()
+    unknown_policies: list[str] = field(default_factory=list)
+    qk_layers: frozenset[int] = frozenset()
+    residual_layers: frozenset[int] = frozenset()
+    query_span: tuple[int, int] | None = None  # the reranker's query tokens
+    captures: Captures = field(default_factory=Captures)
+    steers: list[ActiveSteer] = field(default_factory=list)
+    static_steers: set[str] = field(default_factory=set)
+    details: dict[str, Any] = field(default_factory=dict)  # per-signal extras (rerank order)
+    calibration: dict[str, Any] | None = None
+    first_seen: float = field(default_factory=time.perf_counter)
+    prefill_tokens: int = 0
+    error: str | None = None  # the first thing that went wrong for this request
+    never_fail_open: bool = False  # its arguments could not be trusted
+    decided: bool = False
+    blocked: bool = False
+    preempted: bool = False
+    late_error: tuple[str, str] | None = None  # (policy, message) after the decision
+
+    @property
+    def is_calibration(self) -> bool:
+        return "calibration_for" in self.args
+
+    @property
+    def capturing(self) -> bool:
+        return not self.decided and self.error is None and self.group.result is None
+
+    def fail(self, message: str, never_open: bool = False) -> None:
+        if self.error is None:
+            self.error = message
+        self.never_fail_open |= never_open
+
+    def add_steers(self, specs, from_position: int = 0) -> None:
+        self.steers += [ActiveSteer(s, s.id.split("/")[0], from_position) for s in specs]
+
+    def steer_failed(self, active: ActiveSteer, message: str) -> None:
+        self.steers = [s for s in self.steers if s is not active]
+        if not self.decided:
+            self.fail(message)
+        elif self.late_error is None:
+            self.late_error = (active.policy, message)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """One guarded request's part of this step."""
+
+    state: RequestState
+    span: RowSpan
+    prompt_rows: tuple[int, int] = (0, 0)  # rows holding prompt tokens
+    last_row: int | None = None  # the last prompt token's row, on its final chunk
+    query_rows: tuple[int, int] = (0, 0)  # rows of the reranker's query tokens
+
+
+class Lifecycle:
+    def __init__(self, reader):
+        self.reader = reader
+        self.states: dict[str, RequestState | None] = {}  # None: unguarded
+        self.groups: dict[tuple[str, int], Group] = {}
+        self.results = ResultStore()
+        self.calibrations = CalibrationStore()
+        self.current = None
+        self.staged = None  # installed, awaiting the engine side's self-check
+        self.retiring: list = []  # older plans, kept while their requests live
+        self.retire_grace_s = RETIRE_GRACE_S
+        self.blocked_now: set[str] = set()  # for the scheduler, with this step's output
+        self.scheduled: frozenset[str] = frozenset()
+        self.num_rows = 0
+        self.hook_calls: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter()  # preemptions, prefix-cached starts, shared decisions
+        self._handle = None
+
+    # -- plans ----------------------------------------------------------------
+    def runtimes(self) -> list:
+        return [r for r in (self.staged, self.current) if r is not None] + self.retiring
+
+    def stage(self, runtime) -> None:
+        if self.staged is not None:
+            self._retire(self.staged, grace=False)
+        self.staged = runtime
+
+    def commit(self, bundle: str) -> None:
+        if self.staged is None or self.staged.bundle != bundle:
+            raise RuntimeError(f"no staged plan with bundle {bundle}")
+        old, self.current, self.staged = self.current, self.staged, None
+        if old is not None:
+            self._retire(old, grace=True)
+
+    def rollback(self, bundle: str | None = None) -> bool:
+        if self.staged is None or (bundle is not None and self.staged.bundle != bundle):
+            return False
+        staged, self.staged = self.staged, None
+        self._retire(staged, grace=False)
+        return True
+
+    def _retire(self, runtime, grace: bool) -> None:
+        # A committed plan's requests may still wait in the scheduler's queue,
+        # unseen here: its hooks stay a grace period even when idle.
+        runtime.retired_at = time.monotonic() if grace else float("-inf")
+        if runtime not in self.retiring:
+            self.retiring.append(runtime)
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
+        cutoff = time.monotonic() - self.retire_grace_s
+        for runtime in [r for r in self.retiring if r.live == 0 and r.retired_at <= cutoff]:
+            runtime.uninstall()
+            self.retiring.remove(runtime)
+
+    def runtime_for(self, bundle: str | None):
+        """(runtime, error) for a request prepared for ``bundle``."""
+        default = self.current or self.staged  # staged only before the first commit
+        if bundle is None or (default is not None and default.bundle == bundle):
+            return default, None
+        for runtime in [self.staged, *reversed(self.retiring)]:
+            if runtime is not None and runtime.bundle == bundle and runtime.installed:
+                return runtime, None
+        return default, f"bundle {bundle} is not installed in the worker"
+
+    def attach(self, model) -> None:
+        if self._handle is None:
+            self._handle = model.register_forward_pre_hook(self.begin_step, with_kwargs=True)
+
+    def detach(self) -> None:
+        for runtime in self.runtimes():
+            runtime.uninstall()
+        self.current, self.staged, self.retiring = None, None, []
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    # -- vLLM's events ----------------------------------------------------------
+    def on_schedule(self, events: StepEvents) -> None:
+        try:
+            for req_id in events.finished:  # finished or aborted
+                self.forget(req_id)
+            for req_id in events.preempted:
+                state = self.states.get(req_id)
+                if state is not None:
+                    state.preempted = True
+                    self.counters["preemptions"] += 1
+            for req_id in events.added:
+                state = self.states.get(req_id)
+                if state is not None and state.preempted:
+                    state.preempted = False  # resumed (Model Runner V2 re-adds it)
+                elif req_id in self.states:
+                    self.forget(req_id)  # a new request reusing an id
+            self.scheduled = events.scheduled
+            self.results.expire()
+            self.calibrations.expire()
+            self._drop_idle()
+        except Exception:  # bookkeeping must never stop a step
+            log.exception("innerguard: reading the scheduler's events failed")
+
+    def on_output(self, output):
+        """Tag this step's runner output with the requests blocked in it."""
+        if output is None or not self.blocked_now:
+            return output
+        blocked, self.blocked_now = frozenset(self.blocked_now), set()
+        return attach(output, blocked)
+
+    def forget(self, req_id: str) -> None:
+        state = self.states.pop(req_id, None)
+        if state is None:
+            return
+        state.captures.clear()
+        state.runtime.live -= 1
+        group = state.group
+        group.members.discard(req_id)
+        if not group.members:
+            self.groups.pop((group.key, group.digest), None)
+            self.results.finished(group.key)
+        if state.runtime in self.retiring:
+            self._drop_idle()
+
+    # -- one step ---------------------------------------------------------------
+    def begin_step(self, module, args, kwargs):
+        """Forward pre-hook on the model: which rows belong to which request."""
+        self.hook_calls["step"] += 1
+        for runtime in self.runtimes():
+            runtime.begin_step()
+        self.num_rows = 0
+        try:
+            positions = kwargs["positions"] if "positions" in kwargs else args[1]
+            view = self.reader.step(positions.cpu() if positions.is_cuda else positions)
+        except Exception as exc:  # no row can be attributed: block every guarded request scheduled
+            log.exception("innerguard: reading the step failed")
+            self._block_scheduled(exc)
+            return None
+        self.num_rows = len(view.rows)
+        for span in view.rows:
+            try:
+                state = self._state_for(span)
+            except Exception as exc:
+                state = self._new_state(span, None, f"{type(exc).__name__}: {exc}")
+            if state is None:
+                continue
+            try:
+                rows = self._rows(state, span)
+            except Exception as exc:
+                state.fail(f"{type(exc).__name__}: {exc}")
+                rows = Rows(state, span, last_row=None if state.decided else span.end - 1)
+            state.runtime.rows.append(rows)
+        return None
+
+    def _state_for(self, span: RowSpan) -> RequestState | None:
+        if span.req_id in self.states:
+            return self.states[span.req_id]
+        try:
+            args = read_args(self.reader.extra_args(span.req_id))
+        except BadArguments as exc:
+            return self._new_state(span, None, f"malformed innerguard arguments: {exc}", getattr(exc, "key", None))
+        if args is None:
+            self.states[span.req_id] = None
+            return None
+        return self._new_state(span, args)
+
+    def _new_state(self, span: RowSpan, args, error: str | None = None, key: str | None = None) -> RequestState | None:
+        runtime, bundle_error = self.runtime_for(args.get("bundle") if args else None)
+        if runtime is None:
+            return None  # nothing installed
+        if args is None:
+            args = {"id": key or span.req_id, "policies": []}
+            digest = hash(span.req_id)  # never shares a decision
+        else:
+            prompt = self.reader.prompt_token_ids(span.req_id)
+            digest = hash((json.dumps(args, sort_keys=True), tuple(prompt) if prompt is not None else span.num_prompt_tokens))
+        key = str(args["id"])
+        group = self.groups.get((key, digest))
+        if group is None:
+            group = self.groups[(key, digest)] = Group(key, digest, result=self.results.get(key, digest))
+        group.members.add(span.req_id)
+        state = RequestState(span.req_id, key, runtime, group, args, span.num_prompt_tokens)
+        self.states[span.req_id] = state
+        runtime.live += 1
+        if error or bundle_error:
+            state.fail(error or bundle_error, never_open=True)
+            return state
+        try:
+            check_positions(args, span.num_prompt_tokens)
+            runtime.prepare(state)
+        except Exception as exc:
+            state.fail(f"malformed innerguard arguments: {exc}", never_open=True)
+        return state
+
+    def _rows(self, state: RequestState, span: RowSpan) -> Rows:
+        p, n, total = span.first_position, span.end - span.start, state.num_prompt_tokens
+        prompt_end = min(p + n, total)
+        count = max(prompt_end - p, 0)
+        state.prefill_tokens += count
+        if count and state.capturing:
+            if state.captures.start is None and p > 0:
+                self.counters["prefix_cached_starts"] += 1
+            state.captures.seek(p, prompt_end)
+        query_rows = (0, 0)
+        if state.query_span is not None:
+            lo, hi = max(state.query_span[0], p), min(state.query_span[1], p + count)
+            if hi > lo:
+                query_rows = (span.start + lo - p, span.start + hi - p)
+        runtime = state.runtime
+        for active in state.steers if not state.blocked else ():
+            rows = steer_rows(active, span.start, span.end, p, total)
+            if rows is not None:
+                runtime.steer_rows.setdefault(active.spec.layer, []).append((state, rows, active))
+        final = count > 0 and prompt_end == total
+        return Rows(state, span, (span.start, span.start + count), span.start + count - 1 if final else None, query_rows)
+
+    def _block_scheduled(self, exc: Exception) -> None:
+        """The scheduler finishes them; with no rows, no logits row is forced."""
+        for req_id in self.scheduled:
+            state = self.states.get(req_id)
+            if state is not None:
+                if not state.decided:
+                    self.record(state, failed_decision(state, exc))
+                    state.decided = state.blocked = True
+                if state.blocked:
+                    self.blocked_now.add(req_id)
+            elif req_id not in self.states and self._maybe_guarded(req_id):
+                self.blocked_now.add(req_id)
+
+    def _maybe_guarded(self, req_id: str) -> bool:
+        try:
+            return read_args(self.reader.extra_args(req_id)) is not None
+        except Exception:
+            return True
+
+    # -- decisions ----------------------------------------------------------------
+    def record(self, state: RequestState, result: dict[str, Any]) -> None:
+        state.group.result = result
+        self.results.put(state.key, result, state.group.digest)
+
+    def fill_prefix(self, state: RequestState) -> None:
+        """K of the prompt tokens this request was served from the prefix
+        cache: from a sibling that computed them, or the reranker's
+        calibration pass."""
+        start, layers = state.captures.start, state.qk_layers
+        prefix = None
+        for req_id in state.group.members:
+            other = self.states.get(req_id)
+            c = other.captures if other is not None and other is not state else None
+            if c is not None and c.start == 0 and c.end >= start and all(l in c.k for l in layers):
+                prefix = {l: c.keys(l) for l in layers}
+                break
+        if prefix is None:
+            prefix = self.calibrations.prefix(state.key, layers, start)
+        if prefix is None:
+            raise RuntimeError(f"{start} prompt tokens came from the prefix cache and no captures exist for them")
+        state.captures.prepend(prefix)
+
+    def stats(self) -> dict[str, Any]:
+        self.results.expire()
+        self.calibrations.expire()
+        roles = {id(self.current): "current", id(self.staged): "staged"}
+        live = [s for s in self.states.values() if s is not None]
+        return {
+            "live_states": len(live),
+            "captured_positions": sum(s.captures.end - (s.captures.start or 0) for s in live if s.captures.start is not None),
+            "tracked_requests": len(self.states),
+            "groups": len(self.groups),
+            "pending_results": len(self.results),
+            "pending_calibrations": len(self.calibrations),
+            **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions")},
+            "runtimes": [
+                {"bundle": r.bundle, "role": roles.get(id(r), "retiring"), "live": r.live, "hooks": r.num_hooks}
+                for r in self.runtimes()
+            ],
+            "rss_bytes": _rss_bytes(),
+        }
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

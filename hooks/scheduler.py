@@ -1,0 +1,42 @@
+"""vLLM's scheduler, plus one rule: a request the guard blocked is finished
+in the step where it was decided, whatever its sampling parameters.
+
+The worker forces the blocked row to end-of-sequence, but vLLM stops on EOS
+only without ``ignore_eos``, after ``min_tokens``, and only when no later
+logits processor moved it. Here the request's ``max_tokens`` is capped at the
+token just sampled before vLLM's own ``check_stop`` runs (vllm 0.32,
+``v1/core/sched/utils.py``: the length check comes before the ``min_tokens``
+one), so it ends length-capped, its KV blocks are freed, and no further
+decode step is scheduled. Loaded by vLLM from ``SchedulerConfig.scheduler_cls``
+in the EngineCore process.
+"""
+from __future__ import annotations
+
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from .verdicts import blocked_in
+
+
+class InnerguardScheduler(Scheduler):
+    def __new__(cls, *args, **kwargs):
+        # The platform has the last word on async scheduling (the CPU one
+        # turns it off), so the variant is chosen here, from the final config.
+        config = kwargs.get("vllm_config", args[0] if args else None)
+        if cls is InnerguardScheduler and getattr(config.scheduler_config, "async_scheduling", False):
+            cls = InnerguardAsyncScheduler
+        return super().__new__(cls)
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        for req_id in blocked_in(model_runner_output):
+            request = self.requests.get(req_id)
+            if request is not None and not request.is_finished():
+                request.max_tokens = min(request.max_tokens, request.num_output_tokens + 1)
+                request.resumable = False  # a streaming session ends with its block
+        return super().update_from_output(scheduler_output, model_runner_output)
+
+
+class InnerguardAsyncScheduler(InnerguardScheduler, AsyncScheduler):
+    """With async scheduling the next step is scheduled before this step's
+    output arrives: that one in-flight step still runs (its row forced to
+    EOS again), and its output for the finished request is dropped by vLLM."""

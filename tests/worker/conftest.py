@@ -1,0 +1,46 @@
+"""Engines for the worker tests, one of each per session: a guarded engine at
+the default settings, and a tight one (a few KV blocks, 64-token prefill
+chunks) where requests get preempted and prompts take several steps."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from worker_helpers import RUNTIME_POLICIES, make_vector
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(scope="session")
+def worker_policy_dir(tmp_path_factory, smollm2_dir) -> Path:
+    """Most of tests/runtime/policies, plus a conditional steer (steer-if-marker)."""
+    folder = tmp_path_factory.mktemp("worker-policies")
+    names = ["blocker", "injection", "injection-open", "shadow", "steer", "topic"]
+    for source in [*(RUNTIME_POLICIES / f"{n}.yaml" for n in names), HERE / "policies" / "steer-if-marker.yaml"]:
+        shutil.copy(source, folder / source.name)
+    make_vector(folder / "artifacts" / "concept.safetensors", smollm2_dir, layer=8, seed=1)
+    make_vector(folder / "artifacts" / "steer.safetensors", smollm2_dir, layer=6, seed=2)
+    make_vector(folder / "artifacts" / "concept3.safetensors", smollm2_dir, layer=3, seed=3)
+    return folder
+
+
+def _engine(smollm2_dir, policy_dir, **overrides):
+    from innerguard.engine.guarded import GuardedLLM
+
+    llm = GuardedLLM(smollm2_dir, policy_dir, **overrides)
+    yield llm
+    llm.shutdown()
+
+
+@pytest.fixture(scope="session")
+def worker_engine(smollm2_dir, worker_policy_dir):
+    yield from _engine(smollm2_dir, worker_policy_dir)
+
+
+@pytest.fixture(scope="session")
+def tight_engine(smollm2_dir, worker_policy_dir):
+    """10 KV blocks of 128 tokens: six ~230-token requests cannot all grow."""
+    yield from _engine(smollm2_dir, worker_policy_dir, num_gpu_blocks_override=10, max_model_len=1024,
+                       max_num_batched_tokens=64, max_num_seqs=8)
