@@ -347,8 +347,7 @@ def compiled(workdir: Path) -> int:
     from innerguard.engine.compiler import compile_policies
     from innerguard.engine.errors import EngineStartError
     from innerguard.engine.guarded import GuardedLLM
-    from innerguard.engine.vllm_engine import EXTENSION, install_plan
-    from innerguard.engine.vllm_engine import engine_kwargs, start_llm
+    from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, start_llm
 
     model_dir, policy_dir = paths(workdir)
     t0 = time.time()
@@ -362,7 +361,7 @@ def compiled(workdir: Path) -> int:
     plan, _ = compile_policies([policy_dir], model_dir)
     llm = None
     try:
-        llm = start_llm(**engine_kwargs(str(model_dir), eager=False, overrides={"worker_extension_cls": EXTENSION, **engine_overrides()}))
+        llm = start_llm(**guarded_engine_kwargs(str(model_dir), eager=False, overrides=engine_overrides()))
         result["start_s"] = round(time.time() - t0, 1)
         config = llm.llm_engine.vllm_config
         result["enforce_eager"] = bool(config.model_config.enforce_eager)
