@@ -10,7 +10,7 @@ import sys
 from innerguard.engine import logging as ig_logging
 from innerguard.engine.errors import InnerguardError
 
-COMMANDS = ("models", "lint", "compile", "run", "serve", "demo", "audit")
+COMMANDS = ("models", "lint", "compile", "run", "serve", "demo", "audit", "eval", "test", "capture", "replay", "bench")
 
 EPILOG = """\
 workflow:

@@ -17,7 +17,7 @@ from innerguard.engine.policy.schema import describe_path, did_you_mean
 from innerguard.engine.policy.templates import analyze
 from innerguard.engine.policy.yamlsafe import Marks
 
-ACTION_KEYS = {"steer": "steer", "rerank": "rerank", "drop_documents": "drop_documents"}
+ACTION_KEYS = {"steer": "steer"}
 MESSAGE_ACTIONS = ("block", "flag")
 
 
@@ -137,9 +137,6 @@ class _PolicyChecker:
         if rule.action in ("rerank", "drop_documents"):
             if not any(s.type == "vector" for s in self.policy.signals):
                 self.add("IG210", f"rule {rule.id!r}: {rule.action} acts on documents, but the policy defines no reranker signal", path + ("action",))
-        if rule.action == "drop_documents" and rule.drop_below is None and rule.drop_keep_top is None:
-            where = path + ("drop_documents",) if "drop_documents" in present else path + ("action",)
-            self.add("IG102", f"rule {rule.id!r}: drop_documents needs 'below' or 'keep_top'", where, key="drop_documents" in present)
 
     def check_template(self, rule: Rule, path: tuple) -> None:
         report = analyze(rule.message)

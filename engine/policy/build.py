@@ -87,7 +87,6 @@ def _rule(ctx: _Context, index: int, data: dict) -> Rule:
             method=s.get("method", "add"),
             location=ctx.marks.at(path + ("steer",), key=True),
         )
-    drop = data.get("drop_documents") or {}
     return Rule(
         id=data["id"],
         when=data["when"],
@@ -97,9 +96,6 @@ def _rule(ctx: _Context, index: int, data: dict) -> Rule:
         description=data.get("description", ""),
         message=data.get("message"),
         steer=steer,
-        rerank_top_k=(data.get("rerank") or {}).get("top_k"),
-        drop_below=drop.get("below"),
-        drop_keep_top=drop.get("keep_top"),
         location=ctx.marks.at(path),
     )
 

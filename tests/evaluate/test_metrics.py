@@ -1,0 +1,103 @@
+"""Detection metrics, score choice and labelled data: pure Python, no engine."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from innerguard.engine.evaluate import DataError, ScoreError, choose_score, load_rows
+from innerguard.engine.evaluate.metrics import Confusion, auroc, roc_curve, threshold_for_fpr, tpr_at_fpr
+from innerguard.engine.plan import PolicyProgram, RuleProgram
+from innerguard.engine.policy import conditions
+
+
+def test_auroc_is_one_for_perfect_separation_and_half_for_ties():
+    assert auroc([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == 1.0
+    assert auroc([0.5, 0.5, 0.5, 0.5], [0, 1, 0, 1]) == 0.5
+    assert auroc([0.9, 0.1], [0, 1]) == 0.0
+
+
+def test_auroc_needs_both_labels():
+    assert auroc([0.1, 0.2], [1, 1]) is None
+
+
+def test_roc_curve_runs_from_origin_to_one_one():
+    curve = roc_curve([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+    assert (curve[0].fpr, curve[0].tpr) == (0.0, 0.0)
+    assert (curve[-1].fpr, curve[-1].tpr) == (1.0, 1.0)
+
+
+def test_tpr_at_fpr_takes_the_best_point_within_the_budget():
+    scores = [0.1, 0.2, 0.3, 0.95, 0.6, 0.7, 0.9]
+    labels = [0, 0, 0, 0, 1, 1, 1]
+    tpr, threshold = tpr_at_fpr(scores, labels, 0.0)
+    assert tpr == 0.0 and threshold == float("inf")  # the top score is a negative
+    tpr, threshold = tpr_at_fpr(scores, labels, 0.25)
+    assert tpr == 1.0 and threshold == 0.6
+
+
+def test_threshold_for_fpr_keeps_the_allowed_negatives_above():
+    scores = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97]
+    labels = [0] * 10 + [1]
+    t = threshold_for_fpr(scores, labels, 0.1)  # one negative of ten may pass
+    assert 0.9 < t <= 0.95
+    assert Confusion.of([s >= t for s in scores], labels).fpr == 0.1
+
+
+def _plan(*rules, signals=("p.a", "p.b", "p.focus")):
+    from types import SimpleNamespace
+
+    program = PolicyProgram(name="p", version="1", revision="r" * 64, mode="enforce", on_error="fail-closed", priority=0,
+                            selector={}, spans={}, signals=signals,
+                            rules=tuple(RuleProgram(id=f"r{i}", condition=conditions.to_data(conditions.parse(w)), action=a)
+                                        for i, (w, a) in enumerate(rules)))
+    return SimpleNamespace(policies=(program,))
+
+
+def test_score_orientation_follows_the_block_rule():
+    score = choose_score(_plan(("focus < 0.24", "block"), ("a > 0.5", "flag")))
+    assert score.signals == ("p.focus",) and not score.higher_is_positive and score.thresholds == (0.24,)
+
+
+def test_an_or_of_probes_is_scored_by_their_maximum():
+    score = choose_score(_plan(("a > 0.9 or 0.9 < b", "block")))
+    assert score.signals == ("p.a", "p.b") and score.higher_is_positive
+    assert score.signal == "p.max(a, b)"
+    assert score.value({"p.a": 0.2, "p.b": 0.7}) == 0.7
+    assert score.value({"p.a": 0.2}) is None
+
+
+def test_a_named_score_must_exist():
+    with pytest.raises(ScoreError, match="no signal 'nope'"):
+        choose_score(_plan(("a > 0.9", "block")), "nope")
+
+
+def test_no_numeric_block_rule_asks_for_a_score():
+    with pytest.raises(ScoreError, match="--score"):
+        choose_score(_plan(("a > 0.9", "flag")))
+
+
+def test_rows_need_a_label_and_text(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"instruction": "t", "data": "x", "label": 1}) + "\n" + json.dumps({"instruction": "t", "data": "y", "label": True}) + "\n")
+    with pytest.raises(DataError, match=r"d.jsonl:2: 'label' must be 0 or 1"):
+        load_rows(path)
+    path.write_text(json.dumps({"instruction": "t", "label": 1}) + "\n")
+    with pytest.raises(DataError, match=r"d.jsonl:1: a row needs 'instruction' and 'data'"):
+        load_rows(path)
+
+
+def test_rows_of_one_label_cannot_be_evaluated(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "label": 0}) + "\n")
+    with pytest.raises(DataError, match="both labels"):
+        load_rows(path)
+
+
+def test_shipped_data_splits_load_and_are_balanced():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "data" / "injection"
+    fit, dev = load_rows(root / "fit.jsonl"), load_rows(root / "dev.jsonl")
+    assert sum(r.label for r in dev) * 2 == len(dev)
+    assert not {r.request["data"] for r in fit} & {r.request["data"] for r in dev}
