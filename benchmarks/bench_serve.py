@@ -147,7 +147,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--requests", type=int, default=None, help="per round (default: max(8, 2 x concurrency))")
+    parser.add_argument("--requests", type=int, default=None, help="per round (default: max(4, 2 x concurrency))")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--words", type=int, default=220, help="document length in words (~300 prompt tokens)")
     parser.add_argument("--servers", nargs="+", default=["plain-default", "plain-eager", "guarded", "guarded-audit"])
@@ -187,7 +187,7 @@ def main() -> int:
             s.wait()
         rng = random.Random(0)
         for concurrency in args.concurrency:
-            n = args.requests or max(8, 2 * concurrency)
+            n = args.requests or max(4, 2 * concurrency)
             asyncio.run(round_(servers[0], [document(rng, 40) for _ in range(2)], 1, 4))  # warm-up
             per = {s.name: [] for s in servers}
             for r in range(args.rounds):
