@@ -42,7 +42,6 @@ from safetensors.torch import save as save_tensors
 
 from .modules import ModelModules
 from .runner_view import reader_for
-from .worker_extension import InnerguardWorkerExtension
 
 RECORD_KEY = "innerguard_record"  # SamplingParams.extra_args key: the caller's record id
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -467,7 +466,3 @@ class RecordMixin:
         recorder.uninstall()
         self._innerguard_recorder = None
         return {"dropped": len(recorder.entries), **recorder.stats()}
-
-
-class RecordingWorkerExtension(InnerguardWorkerExtension, RecordMixin):
-    """innerguard's worker extension plus passive recording, until the two merge."""

@@ -18,6 +18,7 @@ from ..engine.plan import Plan
 from .decisions import decide
 from .lifecycle import Lifecycle
 from .modules import ModelModules
+from .record import RecordMixin
 from .runner_view import reader_for, watch_steps
 from .runtime import GuardRuntime
 from .signals import compute_signals
@@ -60,7 +61,7 @@ def _load_vectors(plan: Plan, device, hidden_size: int) -> dict[str, torch.Tenso
     return vectors
 
 
-class InnerguardWorkerExtension:
+class InnerguardWorkerExtension(RecordMixin):
     def _innerguard(self) -> Lifecycle:
         lifecycle = getattr(self, "_innerguard_lifecycle", None)
         if lifecycle is None:

@@ -12,7 +12,7 @@ from typing import Any, AsyncGenerator, Mapping
 
 from vllm.sampling_params import RequestOutputKind
 
-from ..requests import GuardRequest, PreparedRequest, RequestError, prepare
+from ..requests import GuardRequest, PreparedRequest, prepare
 from ..verdicts import refuse, undecided
 from . import context
 
