@@ -25,6 +25,7 @@ setup(
     packages=list(packages),
     package_dir=packages,
     package_data={**{name: ["**/*"] for name in DATA.values()},
-                  "innerguard.engine.audit": ["templates/*.j2"]},  # the audit report's template
+                  "innerguard.engine.audit": ["templates/*.j2"],  # the audit report's template
+                  "innerguard.engine.build": ["protocols/*.json"]},  # the Attention Tracker protocol texts
     include_package_data=True,
 )

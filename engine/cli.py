@@ -10,7 +10,7 @@ import sys
 from innerguard.engine import logging as ig_logging
 from innerguard.engine.errors import InnerguardError
 
-COMMANDS = ("models", "lint", "compile", "run", "serve", "demo", "audit", "eval", "test", "capture", "replay", "bench")
+COMMANDS = ("models", "lint", "compile", "run", "serve", "demo", "audit", "eval", "test", "capture", "replay", "bench", "build")
 
 EPILOG = """\
 workflow:
@@ -20,6 +20,7 @@ workflow:
   innerguard run --policies policies/ --model smollm2-135m-instruct \\
       --input in.jsonl --output out.jsonl --audit-log audit.jsonl
   innerguard audit verify audit.jsonl                # schema, hash chain, checkpoints
+  innerguard build probe --model smollm2-135m-instruct --data labelled.jsonl --layer 16 --out probe.safetensors
 
 Run 'innerguard COMMAND --help' for each command's options.
 """

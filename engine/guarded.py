@@ -23,7 +23,6 @@ from typing import Any, Mapping, Sequence
 from innerguard.engine import models
 from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
-from innerguard.engine.errors import EngineStartError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan
 from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare
@@ -84,12 +83,6 @@ class GuardedLLM:
     ):
         self.model_dir = models.resolve(model, cache_dir)
         plan = policies if isinstance(policies, Plan) else self.compile(policies)
-        if engine_overrides.get("enforce_eager") is False or "compilation_config" in engine_overrides:
-            raise EngineStartError(
-                "a guarded engine cannot run compiled: forward hooks do not fire inside compiled graphs",
-                hint="drop enforce_eager=False / compilation_config; innerguard runs vLLM eager",
-            )
-        log.info("guarded engine runs eager (enforce_eager=True): hooks do not fire in compiled graphs")
         kwargs = guarded_engine_kwargs(str(self.model_dir), overrides=engine_overrides)
         self.llm = start_llm(**kwargs)
         self.tokenizer = self.llm.get_tokenizer()
@@ -109,6 +102,7 @@ class GuardedLLM:
         """Install ``plan`` in every worker and prove its hooks fire."""
         info = install_plan(self.llm, plan)
         self.plan = plan
+        self.share_prefix_cache = bool(info.get("reads_kv_cache"))
         log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info["runner"], hooks=len(info["hook_points"]))
 
     def reload(self, policies) -> Plan:
@@ -152,7 +146,7 @@ class GuardedLLM:
                     bad_id = str(request.get("id", i)) if isinstance(request, Mapping) else str(i)
                     prepared.append(PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc)))
                     continue
-            prepared.append(prepare(self.plan, request, self.tokenizer))
+            prepared.append(prepare(self.plan, request, self.tokenizer, share_prefix_cache=self.share_prefix_cache))
         runnable = [p for p in prepared if p.error is None]
         started = time.time()
         outputs = {}

@@ -4,8 +4,9 @@ On CPU, vLLM reserves a fraction (``gpu_memory_utilization``) of NUMA node 0's
 memory and refuses to start when node 0 is small. Giving the KV cache an
 explicit size (``kv_cache_memory_bytes``) avoids that check: we default to
 ``VLLM_CPU_KVCACHE_SPACE`` GiB if set, else 1 GiB (env
-``INNERGUARD_KV_CACHE_GIB``). Guarded engines run eager: forward hooks do not
-fire inside compiled graphs.
+``INNERGUARD_KV_CACHE_GIB``). Guarded engines run in vLLM's default mode
+(compiled) unless asked for eager: their model loader places innerguard's
+guard points before vLLM compiles the model (hooks/guard_points.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ log = get_logger(__name__)
 
 EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
 SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"  # makes a block final inside the engine
+LOAD_FORMAT = "innerguard"  # hooks/model_loader.py: the operator's loader, then the guard points
+INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
 
 
 def import_vllm():
@@ -70,11 +73,18 @@ def start_llm(**kwargs):
         raise EngineStartError(f"vLLM could not start the engine for {kwargs.get('model')}: {exc}", hint=hint) from None
 
 
-def guarded_engine_kwargs(model: str, *, eager: bool = True, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``engine_kwargs`` for a guarded engine: innerguard's worker extension
-    and its scheduler (which makes a block final inside the engine)."""
-    guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER}
-    return engine_kwargs(model, eager=eager, overrides={**guard, **(overrides or {})})
+def guarded_engine_kwargs(model: str, *, eager: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``engine_kwargs`` for a guarded engine: innerguard's worker extension,
+    its scheduler (which makes a block final inside the engine) and its model
+    loader (which wraps the one asked for in ``load_format``)."""
+    overrides = dict(overrides or {})
+    extra = dict(overrides.pop("model_loader_extra_config", None) or {})
+    inner = overrides.pop("load_format", None)
+    if inner not in (None, LOAD_FORMAT):
+        extra[INNER_LOAD_FORMAT_KEY] = inner
+    guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER, "load_format": LOAD_FORMAT,
+             "model_loader_extra_config": extra}
+    return engine_kwargs(model, eager=eager, overrides={**overrides, **guard})
 
 
 # A request naming a bundle the worker does not have is always blocked: the
@@ -95,7 +105,7 @@ def _self_check_failure(info: dict[str, Any], calls: dict[str, int], probe_token
     if silent:
         return (
             f"self-check failed: hooks {', '.join(silent)} never fired during a test forward pass "
-            "(is the engine running compiled graphs?)"
+            f"(was the model loaded with load_format={LOAD_FORMAT!r}?)"
         )
     if probe_tokens > 1:
         return (
@@ -110,7 +120,7 @@ def _install_error(exc: Exception) -> EngineStartError:
 
 
 def _self_check_error(message: str) -> EngineStartError:
-    return EngineStartError(message, hint="run vLLM eager (enforce_eager=True) and start it with guarded_engine_kwargs; "
+    return EngineStartError(message, hint="start the engine with guarded_engine_kwargs; "
                             "innerguard refuses to serve with a silent guard")
 
 

@@ -58,11 +58,10 @@ def _truncate(chunks: dict[int, list[torch.Tensor]], rows: int) -> dict[int, lis
 
 
 def qk_hook(runtime, layer: int):
-    """Forward pre-hook on ``layers[layer].self_attn.attn``: its inputs are Q, K, V."""
+    """At the attention point of ``layer``: post-RoPE Q and K."""
 
-    def capture_qk(module, args):
+    def capture_qk(q, k):
         runtime.hook_calls[f"qk.{layer}"] += 1
-        q, k = args[0], args[1]
         for rows in runtime.rows:
             state = rows.state
             if layer not in state.qk_layers or not state.capturing:
@@ -83,11 +82,10 @@ def qk_hook(runtime, layer: int):
 
 
 def residual_hook(runtime, layer: int):
-    """Forward hook on ``layers[layer]``: the stream is vLLM's hidden + residual."""
+    """At the layer point of ``layer``: the stream is vLLM's hidden + residual."""
 
-    def capture_residual(module, args, output):
+    def capture_residual(hidden, residual):
         runtime.hook_calls[f"residual.{layer}"] += 1
-        hidden, residual = output
         for rows in runtime.rows:
             state = rows.state
             if rows.last_row is None or layer not in state.residual_layers or not state.capturing:

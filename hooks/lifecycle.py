@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import kv_cache
 from .calibration import CalibrationStore
 from .capture import Captures
 from .decide_step import failed_decision
@@ -344,8 +345,8 @@ class Lifecycle:
 
     def fill_prefix(self, state: RequestState) -> None:
         """K of the prompt tokens this request was served from the prefix
-        cache: from a sibling that computed them, or the reranker's
-        calibration pass."""
+        cache: from a sibling that computed them, the reranker's calibration
+        pass, or vLLM's KV cache itself."""
         start, layers = state.captures.start, state.qk_layers
         prefix = None
         for req_id in state.group.members:
@@ -357,8 +358,28 @@ class Lifecycle:
         if prefix is None:
             prefix = self.calibrations.prefix(state.key, layers, start)
         if prefix is None:
+            prefix = self._cached_keys(state, layers, start)
+        if prefix is None:
             raise RuntimeError(f"{start} prompt tokens came from the prefix cache and no captures exist for them")
         state.captures.prepend(prefix)
+
+    def _cached_keys(self, state: RequestState, layers, start: int) -> dict[int, Any] | None:
+        block_ids = self.reader.block_ids(state.req_id)
+        if block_ids is None:
+            return None
+        prefix = {}
+        for layer in layers:
+            cache = self.reader.kv_cache(layer)
+            layout = kv_cache.layout_of(state.runtime.modules.attention(layer))
+            if cache is None or layout is None:
+                return None
+            prefix[layer] = kv_cache.cached_keys(cache, layout, block_ids, start)
+        self.counters["keys_from_kv_cache"] += 1
+        return prefix
+
+    def reads_kv_cache(self, modules) -> bool:
+        """Whether K of cached prompt positions can be read back here."""
+        return self.reader.kv_cache(0) is not None and kv_cache.layout_of(modules.attention(0)) is not None
 
     def stats(self) -> dict[str, Any]:
         self.results.expire()
@@ -372,7 +393,7 @@ class Lifecycle:
             "groups": len(self.groups),
             "pending_results": len(self.results),
             "pending_calibrations": len(self.calibrations),
-            **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions")},
+            **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions", "keys_from_kv_cache")},
             "runtimes": [
                 {"bundle": r.bundle, "role": roles.get(id(r), "retiring"), "live": r.live, "hooks": r.num_hooks}
                 for r in self.runtimes()

@@ -3,8 +3,11 @@ with a clear message when a model is not shaped as expected."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch.nn as nn
+
+from . import guard_points
 
 
 class UnsupportedModelError(RuntimeError):
@@ -32,6 +35,16 @@ class ModelModules:
     def attention_scale(self, index: int) -> float:
         return float(self.attention(index).impl.scale)
 
+    def on_attention_input(self, index: int, fn: Callable) -> guard_points.Handle:
+        """``fn(query, key)`` with post-RoPE Q and K, at every forward."""
+        self.attention(index)
+        return guard_points.CALLBACKS.add(guard_points.ATTENTION, index, fn)
+
+    def on_layer_output(self, index: int, fn: Callable) -> guard_points.Handle:
+        """``fn(hidden, residual)`` after decoder layer ``index``; ``hidden``
+        may be changed in place."""
+        return guard_points.CALLBACKS.add(guard_points.LAYER, index, fn)
+
     @classmethod
     def find(cls, model: nn.Module, num_layers: int, eos_token_id: int) -> "ModelModules":
         inner = getattr(model, "model", None)
@@ -39,6 +52,11 @@ class ModelModules:
         if not isinstance(layers, nn.ModuleList) or len(layers) != num_layers:
             raise UnsupportedModelError(
                 f"{type(model).__name__} has no model.layers list of {num_layers} decoder layers"
+            )
+        if not guard_points.placed(layers):
+            raise UnsupportedModelError(
+                "the model has no innerguard guard points: start the engine with guarded_engine_kwargs "
+                "(load_format='innerguard' places them before vLLM compiles the model)"
             )
         logits = getattr(model, "logits_processor", None)
         if logits is None:

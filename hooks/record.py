@@ -142,9 +142,9 @@ class Recorder:
         try:
             self.handles.append(model.register_forward_pre_hook(self._begin, with_kwargs=True))
             for layer in self.layers:
-                self.handles.append(m.layer(layer).register_forward_hook(self._layer_hook(layer)))
+                self.handles.append(m.on_layer_output(layer, self._layer_hook(layer)))
             for layer in self.qk:
-                self.handles.append(m.attention(layer).register_forward_pre_hook(self._qk_hook(layer)))
+                self.handles.append(m.on_attention_input(layer, self._qk_hook(layer)))
             self.handles.append(model.register_forward_hook(self._finish))
         except Exception:
             self.uninstall()
@@ -206,15 +206,12 @@ class Recorder:
         return None
 
     def _layer_hook(self, layer: int):
-        def keep(module, args, output):
+        def keep(hidden, residual):
             step = self.step
             if step is None or step.sel is None:
                 return None
             try:
-                hidden, residual = output if isinstance(output, tuple) else (output, None)
-                rows = hidden.index_select(0, step.sel)
-                if residual is not None:
-                    rows = rows + residual.index_select(0, step.sel)
+                rows = hidden.index_select(0, step.sel) + residual.index_select(0, step.sel)
                 step.hidden[layer] = rows.to(self.dtype)
             except Exception as exc:
                 self._fail_step(step, f"layer {layer}: {type(exc).__name__}: {exc}")
@@ -226,12 +223,11 @@ class Recorder:
         heads, kv_heads = self.qk[layer]
         h, h_kv, d = self.geometry["num_heads"], self.geometry["num_kv_heads"], self.geometry["head_dim"]
 
-        def keep(module, args):
+        def keep(q, k):
             step = self.step
             if step is None:
                 return None
             try:
-                q, k = args[0], args[1]
                 if step.sel is not None:
                     index = self._index(f"q{layer}", heads, q.device)
                     step.q[layer] = q.index_select(0, step.sel).view(-1, h, d).index_select(1, index).to(self.dtype)

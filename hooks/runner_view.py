@@ -89,6 +89,10 @@ class StepReader(Protocol):
 
     def prompt_token_ids(self, req_id: str) -> list[int] | None: ...
 
+    def kv_cache(self, layer: int): ...
+
+    def block_ids(self, req_id: str) -> list[int] | None: ...
+
 
 class V1RunnerReader:
     """vLLM's V1 ``GPUModelRunner`` (and the CPU runner derived from it): a
@@ -133,6 +137,16 @@ class V1RunnerReader:
 
     def prompt_token_ids(self, req_id: str):
         return getattr(self._runner.requests.get(req_id), "prompt_token_ids", None)
+
+    def kv_cache(self, layer: int):
+        """Layer ``layer``'s KV cache, addressed by the scheduler's block ids
+        (one attention module per decoder layer)."""
+        caches = self._runner.kv_caches
+        return caches[layer] if layer < len(caches) else None
+
+    def block_ids(self, req_id: str):
+        groups = getattr(self._runner.requests.get(req_id), "block_ids", None)
+        return list(groups[0]) if groups and len(groups) == 1 else None  # one KV cache group: full attention
 
 
 class V2RunnerReader:
@@ -215,6 +229,12 @@ class V2RunnerReader:
 
     def prompt_token_ids(self, req_id: str):
         return self._requests.get(req_id, (0, None, None))[2]
+
+    def kv_cache(self, layer: int):
+        return None  # not read on this runner yet: its guarded requests keep a cache salt
+
+    def block_ids(self, req_id: str):
+        return None
 
 
 def _new_request_entry(new) -> tuple[int, dict | None, list | None]:

@@ -3,9 +3,12 @@ under it.
 
 One forward, per step:
   model pre-hook    -> the lifecycle reads the step (rows per request)
-  attn pre-hooks    -> capture.py: post-RoPE Q (last prompt token) and K (prompt rows)
-  layer hooks       -> capture.py: the residual stream at the last prompt token;
+  attention points  -> capture.py: post-RoPE Q (last prompt token) and K (prompt rows)
+  layer points      -> capture.py: the residual stream at the last prompt token;
                        steer.py: steering deltas
+The points are guard_points.py's, placed when the model loaded, so they run
+in compiled graphs too; the model pre-hook and the logits hook sit outside
+the compiled part of the model.
   logits hook       -> decide_step.py: analyzers, rules, verdict; a blocked
                        request's row is forced to end-of-sequence and the
                        scheduler finishes it in this step.
@@ -71,11 +74,11 @@ class GuardRuntime:
         m = self.modules
         try:
             for layer in self._qk_layers:
-                self._handles.append(m.attention(layer).register_forward_pre_hook(qk_hook(self, layer)))
+                self._handles.append(m.on_attention_input(layer, qk_hook(self, layer)))
             for layer in self._residual_layers:  # before steering: probes read the unsteered stream
-                self._handles.append(m.layer(layer).register_forward_hook(residual_hook(self, layer)))
+                self._handles.append(m.on_layer_output(layer, residual_hook(self, layer)))
             for layer in self._steer_layers:
-                self._handles.append(m.layer(layer).register_forward_hook(steer_hook(self, layer)))
+                self._handles.append(m.on_layer_output(layer, steer_hook(self, layer)))
             self._handles.append(m.logits.register_forward_hook(decide_hook(self, lifecycle)))
         except Exception:
             self.uninstall()

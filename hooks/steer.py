@@ -34,9 +34,8 @@ def steer_rows(steer: ActiveSteer, start: int, end: int, first_position: int, nu
 
 
 def steer_hook(runtime, layer: int):
-    def steer(module, args, output):
+    def steer(hidden, residual):
         runtime.hook_calls[f"steer.{layer}"] += 1
-        hidden, residual = output
         for state, (a, b), active in runtime.steer_rows.get(layer, ()):
             spec = active.spec
             try:

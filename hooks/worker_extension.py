@@ -93,6 +93,7 @@ class InnerguardWorkerExtension(RecordMixin):
             "hook_points": runtime.hook_points,
             "bundle_hash": plan.bundle_hash,
             "enforce_eager": bool(runner.model_config.enforce_eager),
+            "reads_kv_cache": lifecycle.reads_kv_cache(modules),
         }
 
     def innerguard_commit(self, bundle_hash: str) -> None:

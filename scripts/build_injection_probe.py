@@ -50,17 +50,21 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_artifacts import fit_logistic, meta  # noqa: E402
-
+from innerguard.engine.build.fit import fit_logistic  # noqa: E402  (the fit innerguard build probe uses)
 from innerguard.engine.evaluate.metrics import auroc, threshold_for_fpr, tpr_at_fpr  # noqa: E402
-from innerguard.engine.models import resolve  # noqa: E402
+from innerguard.engine.models import fingerprint, read_geometry, resolve  # noqa: E402
 from innerguard.engine.reference import load_reference_model  # noqa: E402
 from innerguard.engine.reference.model import run  # noqa: E402
 from innerguard.engine.spans import chat_spans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRUSTED = ("system", "developer")
+
+
+def meta(name: str, model_dir: Path, layer: int, **extra: str) -> dict[str, str]:
+    geometry = read_geometry(model_dir)
+    return {"model_name": name, "hidden_size": str(geometry.hidden_size), "layer": str(layer),
+            "model_fingerprint": fingerprint(model_dir), **{k: str(v) for k, v in extra.items()}}
 
 
 def features(model, tokenizer, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:

@@ -207,7 +207,7 @@ def run_grid(model: str, *, lengths=(16, 64, 256, 512), requests: int = 8, max_t
     (policies / "injection.yaml").write_text(INJECTION_POLICY)
     (policies / "steer.yaml").write_text(STEER_POLICY)
     _steer_vector(policies / "artifacts" / "steer.safetensors", geometry)
-    guarded = GuardedLLM(model_dir, policies)
+    guarded = GuardedLLM(model_dir, policies, enforce_eager=True)  # like the recording engine
     try:
         def guarded_run(config: Config, length: int) -> dict[str, Any]:
             batch = [{**r, "policies": [config.policy]} for r in rows[length]]

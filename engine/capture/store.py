@@ -8,7 +8,10 @@ rows (``requests.jsonl``), and what a caller gets back: ``CaptureResult``.
 A manifest request entry: ``id``, ``index`` (input position),
 ``num_prompt_tokens``, ``num_generated_tokens``, ``num_rows``,
 ``prompt_sha256`` (over the token ids), ``messages`` ([role, start, end]
-token spans of a chat rendering), ``shard`` and ``tensors`` (logical name ->
+token spans of a chat rendering; a chat row may end with an assistant
+message, whose tokens are then prompt tokens, so ``all_tokens`` captures
+the residual stream over a given answer, as steering vectors from
+contrastive answers need), ``shard`` and ``tensors`` (logical name ->
 tensor key: ``hidden`` [layers, rows, hidden] in the manifest's layer
 order, ``positions`` [rows], ``q.L`` [rows, heads, head_dim], ``k.L``
 [k_rows, kv_heads, head_dim], ``k_positions`` [k_rows]), ``error``.
@@ -53,6 +56,8 @@ class CaptureResult:
     kv_heads: dict[int, tuple[int, ...]] = field(default_factory=dict)
     error: str | None = None
     latency_s: float | None = None
+    messages: tuple[tuple[str, int, int], ...] = ()  # chat rows: (role, start, end) content token spans
+    attention_scale: dict[int, float] = field(default_factory=dict)  # layer -> the attention module's softmax scale
 
     def residual(self, layer: int, position: int = -1) -> torch.Tensor:
         """The residual stream after ``layer`` at absolute ``position``
@@ -110,6 +115,8 @@ def result_from(entry: dict[str, Any], tensors: dict[str, torch.Tensor], manifes
         kv_heads={layer: tuple(c["kv_heads"]) for layer, c in qk.items()},
         error=entry.get("error"),
         latency_s=entry.get("latency_s"),
+        messages=tuple((str(role), int(start), int(end)) for role, start, end in entry.get("messages") or ()),
+        attention_scale={int(k): float(v) for k, v in (manifest.get("attention_scale") or {}).items() if v is not None},
     )
 
 

@@ -44,6 +44,9 @@ calibration split and report on a held-out one.
     parser.add_argument("--scores-out", help="write one JSON line per row: id, label, style, tokens, blocked, signals")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--cache-dir", help="model cache folder")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
+                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
     parser.set_defaults(func=_eval)
 
 
@@ -66,7 +69,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from innerguard.engine.guarded import GuardedLLM
 
-    llm = GuardedLLM(model_dir, plan)
+    llm = GuardedLLM(model_dir, plan, enforce_eager=args.enforce_eager)
     try:
         results = run_rows(llm, rows, score, progress=not args.no_progress)
     finally:

@@ -47,6 +47,9 @@ output rows:
     parser.add_argument("--max-tokens", type=int, default=64, help="default max_tokens per request (default 64)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--cache-dir", help="model cache folder")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
+                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
     parser.set_defaults(func=_run)
 
 
@@ -75,7 +78,8 @@ def _run(args: argparse.Namespace) -> int:
 
     rows = read_rows(args.input)
     llm = GuardedLLM(args.model, args.policies, audit_log=args.audit_log, audit_key_file=args.audit_key_file,
-                     audit_durability=args.audit_durability, cache_dir=args.cache_dir)
+                     audit_durability=args.audit_durability, cache_dir=args.cache_dir,
+                     enforce_eager=args.enforce_eager)
     outputs = llm.run(rows, SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens), use_tqdm=sys.stderr.isatty())
     with open(args.output, "w", encoding="utf-8") as f:
         for out in outputs:

@@ -33,6 +33,9 @@ test file:
     parser.add_argument("folder", metavar="POLICY_DIR", help="folder with the policies and a tests/ subfolder")
     parser.add_argument("--model", help="model name or checkpoint folder (default: the policies' 'model:')")
     parser.add_argument("--cache-dir", help="model cache folder")
+    parser.add_argument("--enforce-eager", action="store_true",
+                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
+                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
     parser.set_defaults(func=_test)
 
 
@@ -55,7 +58,7 @@ def _test(args: argparse.Namespace) -> int:
 
     from innerguard.engine.guarded import GuardedLLM
 
-    llm = GuardedLLM(model_dir, plan)
+    llm = GuardedLLM(model_dir, plan, enforce_eager=args.enforce_eager)
     try:
         outputs = llm.run([c.request for c in cases])
     finally:

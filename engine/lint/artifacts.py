@@ -34,7 +34,8 @@ from innerguard.engine.policy.diagnostics import Finding, Location
 from innerguard.engine.policy.model import ArtifactRef, Policy
 from innerguard.engine.policy.yamlsafe import Marks
 
-MAKE_HINT = "generate it with: python scripts/make_artifacts.py (injection probes: scripts/build_injection_probe.py)"
+MAKE_HINT = ("build it with: innerguard build heads|vector|probe (innerguard build --help); "
+             "the shipped artifacts' recipes: data/artifacts/README.md")
 MAX_HEADER = 16 << 20
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".npy", ".npz", ".joblib"}
 INT_DTYPES = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "U16": "H", "U32": "I", "U64": "Q"}

@@ -16,14 +16,32 @@ from .spans import policy_ranges, render
 from .text_signals import text_signals
 
 
-def prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
+def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False) -> PreparedRequest:
+    """``share_prefix_cache``: the workers read K of cached prompt positions
+    back from vLLM's KV cache (install info ``reads_kv_cache``)."""
     try:
-        return _prepare(plan, request, tokenizer)
+        return _prepare(plan, request, tokenizer, share_prefix_cache)
     except InnerguardError as exc:
         return PreparedRequest(request=request, error=str(exc), bundle_hash=plan.bundle_hash)
 
 
-def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
+def cache_salt(policies, rerank: bool, share_prefix_cache: bool) -> str | None:
+    """A unique salt keeps a request out of the prefix cache, both ways:
+    - where the worker cannot read K of cached positions back;
+    - for the reranker, whose query Q must be computed (its calibration pass
+      shares the salt, so the request reuses exactly that pass);
+    - where a policy may steer: steered K/V in the cache (of the prompt, or of
+      generated tokens that a later turn's prompt repeats) must never serve
+      another request, nor unsteered K/V a steered one.
+    Every other guarded request shares the cache with everyone: the guard
+    points read the stream, they do not change it."""
+    steers = any(rule.action == "steer" for p in policies for rule in p.rules)
+    if rerank or steers or not share_prefix_cache:
+        return f"innerguard-{uuid.uuid4().hex}"
+    return None
+
+
+def _prepare(plan: Plan, request: GuardRequest, tokenizer, share_prefix_cache: bool) -> PreparedRequest:
     policies = select_policies(plan, request)
     rendering = render(tokenizer, request, policies)
     if not policies:
@@ -51,9 +69,7 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer) -> PreparedRequest:
         request=request,
         prompt_token_ids=rendering.input_ids,
         policies=policies,
-        # A unique salt keeps guarded prompts out of the prefix cache, so the
-        # hooks see every prompt token's K (cached tokens are never recomputed).
-        cache_salt=f"innerguard-{uuid.uuid4().hex}",
+        cache_salt=cache_salt(policies, bool(rerank), share_prefix_cache),
         text_signals=signals,
         calibration=pass_,
         key=key,

@@ -56,7 +56,8 @@ class GuardedEngineClient:
         final_only = params.output_kind == RequestOutputKind.FINAL_ONLY
         if final_only:  # see the verdict after the first step, not at the end
             params.output_kind = RequestOutputKind.CUMULATIVE
-        engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids), "cache_salt": prepared.cache_salt}
+        engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids),
+                         **({"cache_salt": prepared.cache_salt} if prepared.cache_salt else {})}
         if prepared.calibration is not None:
             await self._calibrate(prepared, request_id)
         stream = self._engine.generate(engine_prompt, params, request_id, **kwargs)
@@ -93,7 +94,7 @@ class GuardedEngineClient:
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)
-        prepared = prepare(plan, request, self._guard.tokenizer)
+        prepared = prepare(plan, request, self._guard.tokenizer, share_prefix_cache=self._guard.share_prefix_cache)
         if prepared.error is None and ctx.route == "chat":
             # vLLM rendered the conversation; the spans are ours. They must
             # describe the very tokens the model reads.

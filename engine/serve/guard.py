@@ -34,6 +34,7 @@ class ServerGuard:
         self.options = options
         self.audit = audit
         self.model_name = model_name
+        self.share_prefix_cache = False  # set from the install info: the workers read K back from the KV cache
         self.fetcher = DecisionFetcher(engine)
         self.started = time.time()
         self.last_reload: dict[str, Any] = {"result": "ok", "at": _iso(self.started), "reason": "start",

@@ -1,4 +1,4 @@
-"""The shipped artifacts built by scripts/select_heads.py and scripts/make_artifacts.py."""
+"""The shipped artifacts, built by innerguard build (recipes: data/artifacts/README.md)."""
 from pathlib import Path
 
 import pytest

@@ -23,7 +23,7 @@ def test_records_of_a_real_guarded_run_validate_and_verify(smollm2_dir, tmp_path
     key_file.write_text(KEY.hex())
     audit = tmp_path / "audit"
     # GuardedLLM writes the records itself, each when the worker's verdict is taken.
-    llm = GuardedLLM(smollm2_dir, policies=REPO / "policies", audit_log=audit, audit_key_file=key_file,
+    llm = GuardedLLM(smollm2_dir, policies=REPO / "policies", audit_log=audit, audit_key_file=key_file, enforce_eager=True,
                      audit_durability="sync")
     try:
         rows = [{"id": f"g{i}", "instruction": ins, "data": data, "max_tokens": 8} for i, (ins, data) in enumerate(ROWS)]

@@ -22,6 +22,6 @@ def recording_guarded(smollm2_dir, capture_audit_path):
     from innerguard.engine.guarded import GuardedLLM
 
     # Every guarded engine can record: the recorder is part of the worker extension.
-    llm = GuardedLLM(smollm2_dir, START_POLICY, audit_log=capture_audit_path, audit_durability="sync")
+    llm = GuardedLLM(smollm2_dir, START_POLICY, audit_log=capture_audit_path, audit_durability="sync", enforce_eager=True)
     yield llm
     llm.shutdown()

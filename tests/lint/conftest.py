@@ -1,6 +1,6 @@
 """Fixtures that build real artifacts in temporary folders, and copies of
 the shipped policies beside them, so tests never depend on
-scripts/make_artifacts.py having run."""
+the shipped artifacts (innerguard build writes those)."""
 from __future__ import annotations
 
 import shutil

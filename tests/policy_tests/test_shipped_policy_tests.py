@@ -15,7 +15,7 @@ EXE = Path(sys.executable).parent / "innerguard"
 
 
 def test_shipped_policy_tests_pass(smollm2_dir):
-    r = subprocess.run([str(EXE), "test", str(ROOT / "policies"), "--model", str(smollm2_dir)],
+    r = subprocess.run([str(EXE), "test", str(ROOT / "policies"), "--model", str(smollm2_dir), "--enforce-eager"],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert " 0 failed" in r.stdout

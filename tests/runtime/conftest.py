@@ -48,9 +48,9 @@ def reference(smollm2_dir):
 
 @pytest.fixture(scope="session")
 def chunked(smollm2_dir, policy_dir):
-    """A second guarded engine: 64-token prefill chunks, no prefix cache."""
+    """A second guarded engine (compiled too): 64-token prefill chunks."""
     from innerguard.engine.guarded import GuardedLLM
 
-    llm = GuardedLLM(smollm2_dir, policy_dir, max_num_batched_tokens=64, enable_prefix_caching=False, max_num_seqs=8)
+    llm = GuardedLLM(smollm2_dir, policy_dir, max_num_batched_tokens=64, max_num_seqs=8)
     yield llm
     llm.shutdown()

@@ -74,5 +74,5 @@ def test_reranker_matches_reference_with_prefix_reuse(guarded, reference):
     assert DOCUMENTS.index(DOCUMENTS[2]) in paris[:2]  # the Paris document ranks high for the Paris question
 
 
-def test_reranker_matches_reference_without_prefix_cache(chunked, reference):
-    _check(chunked, reference, [rag_row(0, "When was the Eiffel Tower completed?")], expect_reuse=False)
+def test_reranker_matches_reference_with_chunked_prefill(chunked, reference):
+    _check(chunked, reference, [rag_row(0, "When was the Eiffel Tower completed?")], expect_reuse=True)

@@ -28,7 +28,7 @@ class ServeProcess:
         innerguard = Path(sys.executable).with_name("innerguard")
         command = [str(innerguard), "serve", "--model", MODEL, "--policies", str(policies),
                    "--host", "127.0.0.1", "--port", str(self.port), "--admin-token", ADMIN,
-                   "--watch-interval", "0.5", "--max-model-len", "2048", *extra]
+                   "--watch-interval", "0.5", "--max-model-len", "2048", "--enforce-eager", *extra]
         self.log_path = log
         self._log = open(log, "wb")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}

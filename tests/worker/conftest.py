@@ -29,7 +29,7 @@ def worker_policy_dir(tmp_path_factory, smollm2_dir) -> Path:
 def _engine(smollm2_dir, policy_dir, **overrides):
     from innerguard.engine.guarded import GuardedLLM
 
-    llm = GuardedLLM(smollm2_dir, policy_dir, **overrides)
+    llm = GuardedLLM(smollm2_dir, policy_dir, **{"enforce_eager": True, **overrides})  # compiled mode: tests/runtime
     yield llm
     llm.shutdown()
 

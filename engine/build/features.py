@@ -1,0 +1,122 @@
+"""What builds learn from, read inside vLLM through innerguard's capture
+path (``innerguard.engine.capture``): never through Hugging Face.
+
+- ``last_token_residuals``: the residual stream after chosen layers at the
+  last prompt token (what the ``probe`` analyzer reads).
+- ``answer_residuals``: the residual stream averaged over the tokens of a
+  given answer (CAA): the row is the conversation with the answer as its
+  last (assistant) message, captured with ``mode="all_tokens"``; attention
+  is causal, so the answer's rows are those of prompt + answer.
+- ``head_ratios``: every head's Attention Tracker ratio at the last prompt
+  token, from captured post-RoPE Q/K, by the analyzer's own code
+  (``innerguard.hooks.analyzers.head_focus``).
+
+Rows go to the engine in fixed-size chunks (memory stays bounded); the
+chunking is part of the build, so two builds batch alike.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from tqdm import tqdm
+
+from ...hooks.analyzers import head_focus
+from ..capture import CaptureSpec, capture
+from ..errors import InnerguardError
+from ..plan import ModelGeometry
+
+TRUSTED_ROLES = ("system", "developer")  # the instruction; every other role but assistant is data
+NEUTRAL_ROLES = ("assistant",)
+
+
+class FeatureError(InnerguardError):
+    pass
+
+
+def _chunks(rows: Sequence[Any], size: int):
+    for start in range(0, len(rows), size):
+        yield rows[start:start + size]
+
+
+def _captured(target, rows, spec: CaptureSpec, desc: str, chunk: int, progress: bool):
+    bar = tqdm(total=len(rows), desc=desc, unit="prompt", disable=not progress)
+    try:
+        for part in _chunks(list(rows), chunk):
+            results = capture(target, part, spec)
+            for row, result in zip(part, results):
+                if result.error:
+                    raise FeatureError(f"row {row.get('id')!r} could not be captured: {result.error}")
+            bar.update(len(part))
+            yield from zip(part, results)
+    finally:
+        bar.close()
+
+
+def last_token_residuals(target, rows: Sequence[dict], layers: Sequence[int], *, progress: bool = False,
+                         chunk: int = 64, desc: str = "residuals") -> torch.Tensor:
+    """float32 ``[rows, len(layers), hidden]``."""
+    spec = CaptureSpec(layers=tuple(layers), mode="last_token")
+    out = []
+    for _, result in _captured(target, rows, spec, desc, chunk, progress):
+        index = [result.layers.index(layer) for layer in layers]
+        out.append(result.hidden[index, -1].float())
+    return torch.stack(out)
+
+
+@dataclass
+class AnswerStates:
+    mean: torch.Tensor  # [rows, layers, hidden]: the residual averaged over the answer's tokens
+    norm: torch.Tensor  # [rows, layers]: the mean per-token residual norm over them
+    tokens: torch.Tensor  # [rows]: how many tokens the answer has
+
+
+def answer_residuals(target, conversations: Sequence[list[dict]], answers: Sequence[str], layers: Sequence[int], *,
+                     progress: bool = False, chunk: int = 16, desc: str = "answers") -> AnswerStates:
+    """The residual stream after ``layers`` over each answer's tokens, with
+    the answer as the conversation's last (assistant) message."""
+    rows = [{"id": str(i), "messages": [*conversation, {"role": "assistant", "content": answer}]}
+            for i, (conversation, answer) in enumerate(zip(conversations, answers))]
+    spec = CaptureSpec(layers=tuple(layers), mode="all_tokens")
+    means, norms, counts = [], [], []
+    for row, result in _captured(target, rows, spec, desc, chunk, progress):
+        if not result.messages or result.messages[-1][0] != "assistant":
+            raise FeatureError(f"row {row['id']}: the capture carries no answer span (is it a chat rendering?)")
+        _, start, end = result.messages[-1]
+        if end <= start:
+            raise FeatureError(f"row {row['id']}: the answer has no tokens")
+        index = [result.layers.index(layer) for layer in layers]
+        kept = (result.positions >= start) & (result.positions < end)
+        if int(kept.sum()) != end - start:
+            raise FeatureError(f"row {row['id']}: the capture lacks answer tokens (capture mode all_tokens?)")
+        answer = result.hidden[index][:, kept].float()  # [layers, answer tokens, hidden]
+        means.append(answer.mean(1))
+        norms.append(answer.norm(dim=-1).mean(1))
+        counts.append(end - start)
+    return AnswerStates(torch.stack(means), torch.stack(norms), torch.tensor(counts))
+
+
+def head_ratios(target, rows: Sequence[dict], geometry: ModelGeometry, *, progress: bool = False,
+                chunk: int = 32, desc: str = "heads") -> torch.Tensor:
+    """float32 ``[rows, layers, heads]``: a_inst / (a_inst + a_data) at the
+    last prompt token, instruction = system/developer messages, data = every
+    other message but the assistant's."""
+    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    spec = CaptureSpec(qk=tuple((layer, tuple(range(h))) for layer in range(geometry.num_layers)), mode="last_token")
+    out = []
+    for row, result in _captured(target, rows, spec, desc, chunk, progress):
+        instruction = [(s, e) for role, s, e in result.messages if role in TRUSTED_ROLES and e > s]
+        data = [(s, e) for role, s, e in result.messages if role not in TRUSTED_ROLES + NEUTRAL_ROLES and e > s]
+        if not instruction or not data:
+            raise FeatureError(f"row {row['id']!r}: needs a system (instruction) message and a user (data) message")
+        ratios = torch.empty(geometry.num_layers, h)
+        for layer in range(geometry.num_layers):
+            if result.heads.get(layer) != tuple(range(h)):
+                raise FeatureError(f"layer {layer}: the capture holds heads {result.heads.get(layer)}, not all {h}")
+            q = result.query(layer).float().reshape(h * d)
+            k = result.prompt_keys(layer).float().reshape(result.num_prompt_tokens, h_kv * d)
+            ratios[layer] = head_focus({layer: q}, {layer: k}, [(layer, j) for j in range(h)], instruction, data,
+                                       geometry, result.attention_scale[layer])
+        out.append(ratios)
+    return torch.stack(out)
