@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-from safetensors import safe_open
-
 from ..engine.plan import Plan
 from .decisions import decide
 from .lifecycle import Lifecycle
@@ -22,6 +19,7 @@ from .record import RecordMixin
 from .runner_view import reader_for, watch_steps
 from .runtime import GuardRuntime
 from .signals import compute_signals
+from .vectors import load_vectors
 from .verdicts import SCHEDULER
 
 
@@ -50,17 +48,6 @@ def refuse_unsupported(vllm_config) -> None:
         )
 
 
-def _load_vectors(plan: Plan, device, hidden_size: int) -> dict[str, torch.Tensor]:
-    vectors = {}
-    for name, ref in plan.vectors.items():
-        with safe_open(ref.path, framework="pt") as f:  # safetensors only: no pickles
-            vector = f.get_tensor(ref.key).to(device=device, dtype=torch.float32)
-        if vector.shape != (hidden_size,) or not torch.isfinite(vector).all():
-            raise ValueError(f"vector {name} ({ref.path}:{ref.key}) is {tuple(vector.shape)} or not finite; expected [{hidden_size}]")
-        vectors[name] = vector
-    return vectors
-
-
 class InnerguardWorkerExtension(RecordMixin):
     def _innerguard(self) -> Lifecycle:
         lifecycle = getattr(self, "_innerguard_lifecycle", None)
@@ -83,7 +70,7 @@ class InnerguardWorkerExtension(RecordMixin):
             )
         model = runner.get_model()
         modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner))
-        vectors = _load_vectors(plan, next(model.parameters()).device, plan.model.hidden_size)
+        vectors = load_vectors(plan, plan.model.hidden_size, next(model.parameters()).device)
         lifecycle = self._innerguard()
         runtime = GuardRuntime(plan, modules, vectors, compute_signals, decide).install(lifecycle)
         lifecycle.attach(model)

@@ -17,13 +17,13 @@ its data by path and hash.
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InnerguardError
+from ..jsonl import json_object
 
 
 class BuildDataError(InnerguardError):
@@ -50,12 +50,7 @@ def read_jsonl(path: str | Path, what: str) -> DataFile:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BuildDataError(f"{path}:{number}: not JSON: {exc.msg}") from None
-        if not isinstance(row, dict):
-            raise BuildDataError(f"{path}:{number}: a row must be a JSON object")
+        row = json_object(line, f"{path}:{number}", BuildDataError)
         row.setdefault("id", str(len(rows)))
         rows.append(row)
     if not rows:

@@ -111,12 +111,6 @@ def _dir_bytes(folder: Path) -> tuple[int, int]:
     return tensors, sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def _rss_peak(reset: bool) -> int | None:
-    from ...hooks.record import _memory_peak
-
-    return _memory_peak(reset)["peak_rss_bytes"]
-
-
 def run_grid(model: str, *, lengths=(16, 64, 256, 512), requests: int = 8, max_tokens: int = 8, repeats: int = 3,
              quick: bool = False, work: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     from vllm import SamplingParams
@@ -292,6 +286,7 @@ def render_table(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any], path: str | Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -306,9 +301,14 @@ def plot(result: dict[str, Any], path: str | Path) -> None:
         left.plot(xs, [c["latency_ratio"] for c in cells], style, marker="o", label=name)
         if any(c["tensor_bytes_per_request"] for c in cells):
             right.plot(xs, [c["tensor_bytes_per_request"] / 1024 for c in cells], style, marker="o", label=name)
+    lengths = sorted({c["prompt_tokens"] for c in result["cells"]})
+    for ax in (left, right):  # one labelled tick per measured length, no log-scale clutter
+        ax.set_xscale("log")
+        ax.set_xticks(lengths, [f"{x:g}" for x in lengths])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     left.axhline(1.10, color="grey", linewidth=0.8)
-    left.set(xscale="log", xlabel="prompt tokens", ylabel="latency / plain vLLM", title="latency vs plain (median)")
-    right.set(xscale="log", yscale="log", xlabel="prompt tokens", ylabel="KiB per request on disk", title="capture size")
+    left.set(xlabel="prompt tokens", ylabel="latency / plain vLLM", title="latency vs plain (median)")
+    right.set(yscale="log", xlabel="prompt tokens", ylabel="KiB per request on disk", title="capture size")
     left.legend(fontsize=7, ncol=2)
     right.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -177,19 +177,6 @@ class _Modules:
         return float(scale)
 
 
-def _load_vectors(plan: Plan, hidden_size: int) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
-
-    vectors = {}
-    for name, ref in plan.vectors.items():
-        with safe_open(ref.path, framework="pt") as f:
-            vector = f.get_tensor(ref.key).to(torch.float32)
-        if vector.shape != (hidden_size,) or not torch.isfinite(vector).all():
-            raise ReplayError(f"vector {name} ({ref.path}:{ref.key}) is {tuple(vector.shape)} or not finite")
-        vectors[name] = vector
-    return vectors
-
-
 # -- replay ---------------------------------------------------------------------
 def replay(policies: str | os.PathLike | Sequence[str | os.PathLike] | Plan, captures: str | os.PathLike | CaptureSet,
            *, model: str | os.PathLike | None = None, audit: Sequence[str | os.PathLike] | None = None,
@@ -221,7 +208,12 @@ def replay(policies: str | os.PathLike | Sequence[str | os.PathLike] | Plan, cap
     if manifest.get("dtype") != "float32":
         warnings.append(f"captures are {manifest.get('dtype')}: signals are approximate (the engine computes in float32)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    vectors = _load_vectors(plan, geometry.hidden_size)
+    from ...hooks.vectors import load_vectors
+
+    try:
+        vectors = load_vectors(plan, geometry.hidden_size)
+    except ValueError as exc:
+        raise ReplayError(str(exc)) from None
     analyzers = {a.signal: a for a in plan.analyzers}
     modules = _Modules(manifest.get("attention_scale") or {})
     outcomes = []

@@ -3,12 +3,12 @@ act, 0 = it should not) and either ``instruction``/``data`` or ``messages``;
 ``style`` (optional) groups rows in the per-style report."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import InnerguardError
+from ..jsonl import json_object
 
 
 class DataError(InnerguardError):
@@ -41,12 +41,7 @@ def load_rows(path: str | Path) -> list[LabelledRow]:
 
 
 def _row(line: str, where: str, index: int) -> LabelledRow:
-    try:
-        raw = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{where}: not JSON: {exc.msg}") from None
-    if not isinstance(raw, dict):
-        raise DataError(f"{where}: a row must be a JSON object")
+    raw = json_object(line, where, DataError)
     label = raw.get("label")
     if isinstance(label, bool) or label not in (0, 1):
         raise DataError(f"{where}: 'label' must be 0 or 1, got {label!r}")

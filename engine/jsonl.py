@@ -1,0 +1,18 @@
+"""One JSON-lines row, read strictly: a JSON object or a one-line error that
+names the file and line."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import InnerguardError
+
+
+def json_object(line: str, where: str, error: type[InnerguardError]) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise error(f"{where}: not JSON: {exc.msg}") from None
+    if not isinstance(row, dict):
+        raise error(f"{where}: a row must be a JSON object")
+    return row
