@@ -84,6 +84,9 @@ def guarded_engine_kwargs(model: str, *, eager: bool = False, overrides: dict[st
         extra[INNER_LOAD_FORMAT_KEY] = inner
     guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER, "load_format": LOAD_FORMAT,
              "model_loader_extra_config": extra}
+    if not eager and not overrides.get("enforce_eager") and not on_cpu():
+        # Compiled, without CUDA graphs: a replayed graph would skip the guard points.
+        overrides.setdefault("compilation_config", {"cudagraph_mode": "NONE"})
     return engine_kwargs(model, eager=eager, overrides={**overrides, **guard})
 
 

@@ -39,6 +39,12 @@ def refuse_unsupported(vllm_config) -> None:
             f"innerguard refuses speculative decoding ({getattr(spec, 'method', None) or 'enabled'}): "
             "its decision reads exactly one logits row per request"
         )
+    if _replays_cuda_graphs(vllm_config):
+        # A replayed graph skips the guard points' Python bodies: a silent guard.
+        raise UnsupportedEngineError(
+            "innerguard's guard points do not run inside CUDA graphs; start the engine with "
+            "compilation_config={'cudagraph_mode': 'NONE'} (guarded_engine_kwargs does) or --enforce-eager"
+        )
     scheduler = vllm_config.scheduler_config.scheduler_cls
     name = scheduler if isinstance(scheduler, str) or scheduler is None else f"{scheduler.__module__}.{scheduler.__qualname__}"
     if name != SCHEDULER:
@@ -46,6 +52,14 @@ def refuse_unsupported(vllm_config) -> None:
             f"innerguard needs its scheduler (scheduler_cls={SCHEDULER}) to make a block final; "
             f"this engine runs {name or 'vLLM default'} (start it with guarded_engine_kwargs)"
         )
+
+
+def _replays_cuda_graphs(vllm_config) -> bool:
+    if vllm_config.model_config.enforce_eager:
+        return False
+    compilation = vllm_config.compilation_config
+    mode = getattr(compilation, "cudagraph_mode", None)
+    return bool(getattr(compilation, "cudagraph_capture_sizes", None)) and getattr(mode, "name", str(mode)) != "NONE"
 
 
 class InnerguardWorkerExtension(RecordMixin):

@@ -41,6 +41,24 @@ def test_a_guarded_engine_config_is_accepted_and_another_scheduler_is_not(smollm
         refuse_unsupported(config)
 
 
+@pytest.mark.model
+def test_an_engine_that_replays_cuda_graphs_is_refused(smollm2_dir):
+    # This CPU build captures no CUDA graphs; the config of one that would
+    # (a GPU engine in vLLM's default mode) is refused: a replayed graph
+    # skips the guard points' Python bodies.
+    from vllm.config import CUDAGraphMode
+
+    config = engine_config(smollm2_dir)
+    assert not config.compilation_config.cudagraph_capture_sizes
+    refuse_unsupported(config)
+    config.compilation_config.cudagraph_capture_sizes = [1, 2, 4]
+    config.compilation_config.cudagraph_mode = CUDAGraphMode.PIECEWISE
+    with pytest.raises(UnsupportedEngineError, match="do not run inside CUDA graphs"):
+        refuse_unsupported(config)
+    config.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
+    refuse_unsupported(config)
+
+
 def test_our_scheduler_takes_the_async_variant_when_the_final_config_says_so():
     from innerguard.hooks.scheduler import InnerguardAsyncScheduler, InnerguardScheduler
 
