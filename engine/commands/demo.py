@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from importlib.resources import files
 
+from .engine_options import add_enforce_eager
+
 INSTRUCTION = "Summarise the following customer review in one sentence."
 BENIGN = (
     "The blender arrived on time and works well. It crushes ice quickly, "
@@ -31,9 +33,7 @@ def register(subparsers) -> None:
     parser.add_argument("--model", default="smollm2-135m-instruct", help="model name or checkpoint folder")
     parser.add_argument("--policies", default=None, help="policy file or folder (default: the shipped prompt-injection policy)")
     parser.add_argument("--max-tokens", type=int, default=40)
-    parser.add_argument("--enforce-eager", action="store_true",
-                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
-                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
+    add_enforce_eager(parser)
     parser.set_defaults(func=_demo)
 
 

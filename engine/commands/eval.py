@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from innerguard.engine.errors import InnerguardError
+from .engine_options import add_enforce_eager
 
 
 def register(subparsers) -> None:
@@ -44,9 +45,7 @@ calibration split and report on a held-out one.
     parser.add_argument("--scores-out", help="write one JSON line per row: id, label, style, tokens, blocked, signals")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--cache-dir", help="model cache folder")
-    parser.add_argument("--enforce-eager", action="store_true",
-                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
-                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
+    add_enforce_eager(parser)
     parser.set_defaults(func=_eval)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.logging import get_logger
+from .engine_options import add_enforce_eager
 
 log = get_logger(__name__)
 
@@ -47,9 +48,7 @@ output rows:
     parser.add_argument("--max-tokens", type=int, default=64, help="default max_tokens per request (default 64)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--cache-dir", help="model cache folder")
-    parser.add_argument("--enforce-eager", action="store_true",
-                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
-                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
+    add_enforce_eager(parser)
     parser.set_defaults(func=_run)
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from .engine_options import add_enforce_eager
+
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -33,9 +35,7 @@ test file:
     parser.add_argument("folder", metavar="POLICY_DIR", help="folder with the policies and a tests/ subfolder")
     parser.add_argument("--model", help="model name or checkpoint folder (default: the policies' 'model:')")
     parser.add_argument("--cache-dir", help="model cache folder")
-    parser.add_argument("--enforce-eager", action="store_true",
-                        help="run vLLM eager: starts about 1.5 min sooner on a small CPU, steps more slowly "
-                        "(default: vLLM's compiled mode, with the guard inside the compiled graph)")
+    add_enforce_eager(parser)
     parser.set_defaults(func=_test)
 
 
