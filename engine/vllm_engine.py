@@ -24,6 +24,11 @@ EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
 SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"  # makes a block final inside the engine
 LOAD_FORMAT = "innerguard"  # hooks/model_loader.py: the operator's loader, then the guard points
 INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
+# hooks/guard_points.py's custom ops. On a GPU they split vLLM's piecewise
+# CUDA graphs: the graph pieces replay, the points run between them.
+GUARD_POINT_OPS = ("innerguard::attention_point", "innerguard::layer_point")
+# What vLLM 0.24-0.33 also splits at when splitting_ops is left unset.
+_KV_CACHE_UPDATE_OPS = ("vllm::unified_kv_cache_update", "vllm::unified_mla_kv_cache_update")
 
 
 def import_vllm():
@@ -85,9 +90,20 @@ def guarded_engine_kwargs(model: str, *, eager: bool = False, overrides: dict[st
     guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER, "load_format": LOAD_FORMAT,
              "model_loader_extra_config": extra}
     if not eager and not overrides.get("enforce_eager") and not on_cpu():
-        # Compiled, without CUDA graphs: a replayed graph would skip the guard points.
-        overrides.setdefault("compilation_config", {"cudagraph_mode": "NONE"})
+        overrides.setdefault("compilation_config", guarded_compilation_config())
     return engine_kwargs(model, eager=eager, overrides={**overrides, **guard})
+
+
+def guarded_compilation_config() -> dict[str, Any]:
+    """vLLM's default CUDA graphs (full graphs for decode-only steps,
+    piecewise ones otherwise), with the piecewise graphs split at the guard
+    points as well as at attention. A full graph runs none of the points'
+    Python: the worker sends steps that need it to piecewise graphs, and
+    additive steering runs inside the graph (hooks/steering_buffers.py)."""
+    from vllm.config import CompilationConfig
+
+    splitting = [*CompilationConfig._attention_ops, *_KV_CACHE_UPDATE_OPS, *GUARD_POINT_OPS]
+    return {"cudagraph_mode": "FULL_AND_PIECEWISE", "splitting_ops": splitting}
 
 
 # A request naming a bundle the worker does not have is always blocked: the

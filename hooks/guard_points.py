@@ -13,6 +13,12 @@ graph.
 The ops declare their first tensor as mutated: steering changes ``hidden``
 in place, and an op with no output and no mutation would be dropped from the
 graph as dead code.
+
+Under CUDA graphs (GPU), vLLM splits its piecewise graphs at the points, so
+their Python runs between graph pieces; a full graph (decode-only steps)
+replays only what a point launched while it was captured: the additive
+steering of steering_buffers.py. The runtime keeps every step that needs a
+callback out of full graphs (runner_view.py).
 """
 from __future__ import annotations
 
@@ -20,6 +26,8 @@ from typing import Callable
 
 import torch
 import torch.nn as nn
+
+from . import steering_buffers
 
 ATTENTION, LAYER = "attention", "layer"
 _MARK = "_innerguard_guard_points"
@@ -63,7 +71,10 @@ def _attention_point(query: torch.Tensor, key: torch.Tensor, layer: int) -> None
 
 
 def _layer_point(hidden: torch.Tensor, residual: torch.Tensor, layer: int) -> None:
-    CALLBACKS.run(LAYER, layer, hidden, residual)
+    CALLBACKS.run(LAYER, layer, hidden, residual)  # captures read the stream before it is steered
+    buffers = steering_buffers.BUFFERS
+    if buffers is not None:
+        buffers.apply(layer, hidden)
 
 
 _lib.impl("attention_point", _attention_point, "CompositeExplicitAutograd")

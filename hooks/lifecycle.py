@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import kv_cache
+from . import kv_cache, steering_buffers
 from .calibration import CalibrationStore
 from .capture import Captures
 from .decide_step import failed_decision
@@ -122,7 +122,9 @@ class Lifecycle:
         self.num_rows = 0
         self.hook_calls: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()  # preemptions, prefix-cached starts, shared decisions
-        self._handle = None
+        self.needs_points = True  # whether this step must run the guard points' Python (no full CUDA graph)
+        self._steered: dict[int, list[tuple[int, int, int]]] = {}  # this step's add-steered rows, by layer
+        self._attached = False
 
     # -- plans ----------------------------------------------------------------
     def runtimes(self) -> list:
@@ -171,17 +173,19 @@ class Lifecycle:
                 return runtime, None
         return default, f"bundle {bundle} is not installed in the worker"
 
-    def attach(self, model) -> None:
-        if self._handle is None:
-            self._handle = model.register_forward_pre_hook(self.begin_step, with_kwargs=True)
+    def attach(self) -> None:
+        """Start reading steps: once per worker (the runner's methods stay
+        wrapped; with no plan installed a step costs one check)."""
+        if not self._attached:
+            self.reader.on_prepared(self.begin_step)
+            self.reader.avoid_full_graphs(lambda: self.needs_points)
+            self._attached = True
 
     def detach(self) -> None:
         for runtime in self.runtimes():
             runtime.uninstall()
         self.current, self.staged, self.retiring = None, None, []
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        _set_steered_rows({})
 
     # -- vLLM's events ----------------------------------------------------------
     def on_schedule(self, events: StepEvents) -> None:
@@ -200,11 +204,27 @@ class Lifecycle:
                 elif req_id in self.states:
                     self.forget(req_id)  # a new request reusing an id
             self.scheduled = events.scheduled
+            self.needs_points = self._needs_points(events.scheduled)
             self.results.expire()
             self.calibrations.expire()
             self._drop_idle()
         except Exception:  # bookkeeping must never stop a step
             log.exception("innerguard: reading the scheduler's events failed")
+
+    def _needs_points(self, scheduled) -> bool:
+        """Whether a request of this step needs the points' Python: one not
+        seen yet (its prompt may be captured), one not decided, one with a
+        ``project`` steer. Decoding requests with ``add`` steers, or none, run
+        in full CUDA graphs (steering_buffers.py)."""
+        if not self.runtimes():
+            return False
+        for req_id in scheduled:
+            if req_id not in self.states:
+                return True
+            state = self.states[req_id]
+            if state is not None and (not state.decided or any(a.spec.method != "add" for a in state.steers)):
+                return True
+        return False
 
     def on_output(self, output):
         """Tag this step's runner output with the requests blocked in it."""
@@ -228,19 +248,24 @@ class Lifecycle:
             self._drop_idle()
 
     # -- one step ---------------------------------------------------------------
-    def begin_step(self, module, args, kwargs):
-        """Forward pre-hook on the model: which rows belong to which request."""
+    def begin_step(self) -> None:
+        """After the runner prepared a step, before its forward: which rows
+        belong to which request, and which rows each steer moves."""
+        runtimes = self.runtimes()
+        if not runtimes:
+            return
         self.hook_calls["step"] += 1
-        for runtime in self.runtimes():
+        for runtime in runtimes:
             runtime.begin_step()
         self.num_rows = 0
+        self._steered = {}
         try:
-            positions = kwargs["positions"] if "positions" in kwargs else args[1]
-            view = self.reader.step(positions.cpu() if positions.is_cuda else positions)
+            view = self.reader.step()
         except Exception as exc:  # no row can be attributed: block every guarded request scheduled
             log.exception("innerguard: reading the step failed")
             self._block_scheduled(exc)
-            return None
+            _set_steered_rows({})
+            return
         self.num_rows = len(view.rows)
         for span in view.rows:
             try:
@@ -249,13 +274,29 @@ class Lifecycle:
                 state = self._new_state(span, None, f"{type(exc).__name__}: {exc}")
             if state is None:
                 continue
+            if state.decided and not (state.blocked or state.late_error):
+                self._steer(state, span)  # the usual decoding request: at most its steers to place
+                continue
             try:
                 rows = self._rows(state, span)
             except Exception as exc:
                 state.fail(f"{type(exc).__name__}: {exc}")
                 rows = Rows(state, span, last_row=None if state.decided else span.end - 1)
             state.runtime.rows.append(rows)
-        return None
+        try:
+            _set_steered_rows(self._steered)
+        except Exception as exc:
+            log.exception("innerguard: setting this step's steered rows failed")
+            self._block_scheduled(exc)
+
+    def end_step(self) -> None:
+        """The step's forward and decisions are done: a forward before the
+        next prepared step (a dummy run) must see no rows, captured or steered."""
+        for runtime in self.runtimes():
+            runtime.rows, runtime.steer_rows = [], {}
+        buffers = steering_buffers.BUFFERS
+        if buffers is not None:
+            buffers.active = set()
 
     def _state_for(self, span: RowSpan) -> RequestState | None:
         if span.req_id in self.states:
@@ -311,13 +352,24 @@ class Lifecycle:
             lo, hi = max(state.query_span[0], p), min(state.query_span[1], p + count)
             if hi > lo:
                 query_rows = (span.start + lo - p, span.start + hi - p)
-        runtime = state.runtime
-        for active in state.steers if not state.blocked else ():
-            rows = steer_rows(active, span.start, span.end, p, total)
-            if rows is not None:
-                runtime.steer_rows.setdefault(active.spec.layer, []).append((state, rows, active))
+        self._steer(state, span)
         final = count > 0 and prompt_end == total
         return Rows(state, span, (span.start, span.start + count), span.start + count - 1 if final else None, query_rows)
+
+    def _steer(self, state: RequestState, span: RowSpan) -> None:
+        """The rows of this step each of ``state``'s steers moves."""
+        if not state.steers or state.blocked:
+            return
+        runtime = state.runtime
+        for active in state.steers:
+            rows = steer_rows(active, span.start, span.end, span.first_position, state.num_prompt_tokens)
+            if rows is None:
+                continue
+            slot = runtime.steer_slots.get(active.spec)
+            if slot is not None:  # added by the layer point, from the device buffers
+                self._steered.setdefault(active.spec.layer, []).append((*rows, slot))
+            else:
+                runtime.steer_rows.setdefault(active.spec.layer, []).append((state, rows, active))
 
     def _block_scheduled(self, exc: Exception) -> None:
         """The scheduler finishes them; with no rows, no logits row is forced."""
@@ -400,6 +452,12 @@ class Lifecycle:
             ],
             "rss_bytes": _rss_bytes(),
         }
+
+
+def _set_steered_rows(rows: dict[int, list[tuple[int, int, int]]]) -> None:
+    buffers = steering_buffers.BUFFERS
+    if buffers is not None:
+        buffers.set_rows(rows)
 
 
 def _rss_bytes() -> int | None:

@@ -168,7 +168,7 @@ class Recorder:
         self.step = None
         try:
             positions = kwargs["positions"] if "positions" in kwargs else args[1]
-            view = self.reader.step(positions.cpu() if positions.is_cuda else positions)
+            view = self.reader.step(positions)
             sel, segments, k_sel, k_segments = [], [], [], []
             for span in view.rows:
                 key = self._key(span.req_id)

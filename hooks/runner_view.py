@@ -59,11 +59,13 @@ class StepEvents:
         )
 
 
-def watch_steps(worker, on_schedule: Callable[[StepEvents], None], on_output: Callable[[Any], Any]) -> None:
+def watch_steps(worker, on_schedule: Callable[[StepEvents], None], on_output: Callable[[Any], Any],
+                on_sampled: Callable[[], None] = lambda: None) -> None:
     """Wrap the worker's ``execute_model`` / ``sample_tokens`` (on the instance:
     a worker extension may not redefine them). The same two calls exist for
     both runners; the V1 runner computes logits in the first, V2 in the
-    second, and either may return the step's output."""
+    second, and either may return the step's output. ``on_sampled`` runs
+    when the step is over."""
     if getattr(worker, "_innerguard_watched", False):
         return
     execute_model, sample_tokens = worker.execute_model, worker.sample_tokens
@@ -73,7 +75,10 @@ def watch_steps(worker, on_schedule: Callable[[StepEvents], None], on_output: Ca
         return on_output(execute_model(scheduler_output, *args, **kwargs))
 
     def sample_tokens_watched(*args, **kwargs):
-        return on_output(sample_tokens(*args, **kwargs))
+        try:
+            return on_output(sample_tokens(*args, **kwargs))
+        finally:
+            on_sampled()
 
     worker.execute_model = execute_model_watched
     worker.sample_tokens = sample_tokens_watched
@@ -83,7 +88,11 @@ def watch_steps(worker, on_schedule: Callable[[StepEvents], None], on_output: Ca
 class StepReader(Protocol):
     name: str
 
-    def step(self, positions) -> StepView: ...
+    def on_prepared(self, fn: Callable[[], None]) -> None: ...
+
+    def avoid_full_graphs(self, when: Callable[[], bool]) -> None: ...
+
+    def step(self, positions=None) -> StepView: ...
 
     def extra_args(self, req_id: str) -> dict[str, Any] | None: ...
 
@@ -103,8 +112,39 @@ class V1RunnerReader:
     def __init__(self, runner):
         self._runner = runner
 
-    def step(self, positions) -> StepView:
+    def on_prepared(self, fn: Callable[[], None]) -> None:
+        """``fn()`` after the runner prepared each step's inputs, before its
+        forward: the one moment that precedes a replayed CUDA graph too."""
+        prepare = self._runner._prepare_inputs
+
+        def prepare_then_announce(*args, **kwargs):
+            out = prepare(*args, **kwargs)
+            fn()
+            return out
+
+        self._runner._prepare_inputs = prepare_then_announce
+
+    def avoid_full_graphs(self, when: Callable[[], bool]) -> None:
+        """Dispatch a step to piecewise graphs (or eager) instead of a full
+        graph while ``when()``: a full graph would replay over the points."""
+        dispatcher = getattr(self._runner, "cudagraph_dispatcher", None)
+        if dispatcher is None:
+            return
+        dispatch = dispatcher.dispatch
+
+        def dispatch_around_points(*args, **kwargs):
+            if when():
+                from vllm.config import CUDAGraphMode
+
+                kwargs["invalid_modes"] = {*(kwargs.get("invalid_modes") or ()), CUDAGraphMode.FULL}
+            return dispatch(*args, **kwargs)
+
+        dispatcher.dispatch = dispatch_around_points
+
+    def step(self, positions=None) -> StepView:
         runner = self._runner
+        if positions is None:
+            positions = runner.positions
         batch = runner.input_batch
         num_reqs = batch.num_reqs
         qsl = np.asarray(runner.query_start_loc.np[: num_reqs + 1])
@@ -113,9 +153,7 @@ class V1RunnerReader:
             # run): it carries no request rows.
             return StepView(rows=(), num_tokens=0)
         rows = []
-        # Reading a few CPU-side positions keeps this exact under prefix caching
-        # and chunked prefill, where num_computed_tokens alone can mislead.
-        starts = positions[qsl[:-1]].tolist()
+        starts = _first_positions(positions, qsl, getattr(batch, "num_computed_tokens_cpu", None))
         for i, req_id in enumerate(batch.req_ids[:num_reqs]):
             state = runner.requests[req_id]
             rows.append(
@@ -164,9 +202,9 @@ class V2RunnerReader:
       and ``positions``;
     - ``NewRequestData.prompt_len`` exists from 0.32 only.
 
-    A prepared batch is read by exactly one forward: dummy runs (profiling,
-    data-parallel padding) call the model without ``prepare_inputs`` and must
-    not see the previous step's rows.
+    A prepared batch is forgotten when ``execute_model`` returns: dummy runs
+    (profiling, data-parallel padding) call the model without
+    ``prepare_inputs`` and must not see the previous step's rows.
     """
 
     name = "v2"
@@ -175,8 +213,10 @@ class V2RunnerReader:
         self._runner = runner
         self._requests: dict[str, tuple[int, dict | None, list | None]] = {}  # req_id -> (prompt length, extra_args, prompt)
         self._batch = None
+        self._prepared: list[Callable[[], None]] = []
         add_requests = runner.add_requests
         prepare_inputs = runner.prepare_inputs
+        execute_model = runner.execute_model
 
         def add_requests_and_remember(scheduler_output, *args, **kwargs):
             # Forget first: a request id that finished and comes back as new
@@ -190,13 +230,38 @@ class V2RunnerReader:
         def prepare_inputs_and_remember(*args, **kwargs):
             batch = prepare_inputs(*args, **kwargs)
             self._batch = batch
+            for fn in self._prepared:
+                fn()
             return batch
+
+        def execute_model_then_forget(*args, **kwargs):
+            try:
+                return execute_model(*args, **kwargs)
+            finally:
+                self._batch = None  # the forward is done: later dummy runs carry no rows
 
         runner.add_requests = add_requests_and_remember
         runner.prepare_inputs = prepare_inputs_and_remember
+        runner.execute_model = execute_model_then_forget
 
-    def step(self, positions) -> StepView:
-        batch, self._batch = self._batch, None  # one forward per prepared batch
+    def on_prepared(self, fn: Callable[[], None]) -> None:
+        self._prepared.append(fn)
+
+    def avoid_full_graphs(self, when: Callable[[], bool]) -> None:
+        # Its manager is created with the KV cache, so it exists by install time.
+        manager = getattr(self._runner, "cudagraph_manager", None)
+        if manager is None:
+            return
+        dispatch = manager.dispatch
+
+        def dispatch_around_points(num_reqs, num_tokens, uniform_token_count, *args, **kwargs):
+            # A non-uniform batch never matches a full graph.
+            return dispatch(num_reqs, num_tokens, None if when() else uniform_token_count, *args, **kwargs)
+
+        manager.dispatch = dispatch_around_points
+
+    def step(self, positions=None) -> StepView:
+        batch = self._batch
         if batch is None:
             return StepView(rows=(), num_tokens=0)
         req_ids = list(batch.req_ids)
@@ -206,11 +271,13 @@ class V2RunnerReader:
         # query_start_loc_np is padded for CUDA-graph batches: keep the real rows.
         qsl = np.asarray(batch.query_start_loc_np)[: num_reqs + 1]
         num_tokens = int(qsl[-1])
+        if positions is None:
+            positions = batch.positions
         if positions.shape[0] < num_tokens:
             raise RuntimeError(
                 f"Model Runner V2 prepared {num_tokens} token rows but the model got {positions.shape[0]} positions"
             )
-        starts = positions[qsl[:-1]].tolist()
+        starts = _first_positions(positions, qsl, getattr(batch, "num_computed_tokens_np", None))
         rows = tuple(
             RowSpan(
                 req_id=req_id,
@@ -235,6 +302,23 @@ class V2RunnerReader:
 
     def block_ids(self, req_id: str):
         return None
+
+
+def _first_positions(positions, qsl: np.ndarray, num_computed) -> list[int]:
+    """Each request's first position in this step, read on the host.
+
+    A CPU ``positions`` tensor is read directly: exact under prefix caching
+    and chunked prefill. On a GPU reading it back would wait for every
+    kernel queued so far, once per step, and stall vLLM's asynchronous
+    scheduling; the runner computed those positions on the GPU from its
+    host-side ``num_computed_tokens`` (speculative decoding, the one case
+    where the two differ, is refused at install).
+    """
+    if positions.device.type == "cpu":
+        return positions[qsl[:-1]].tolist()
+    if num_computed is None:
+        raise UnsupportedRunnerError("this model runner keeps no host-side num_computed_tokens")
+    return [int(v) for v in np.asarray(num_computed)[: len(qsl) - 1]]
 
 
 def _new_request_entry(new) -> tuple[int, dict | None, list | None]:

@@ -2,12 +2,13 @@
 under it.
 
 One forward, per step:
-  model pre-hook    -> the lifecycle reads the step (rows per request)
-  attention points  -> capture.py: post-RoPE Q (last prompt token) and K (prompt rows)
-  layer points      -> capture.py: the residual stream at the last prompt token;
-                       steer.py: steering deltas
+  inputs prepared    -> the lifecycle reads the step (rows per request) and
+                        sets the rows each add-steer moves (steering_buffers.py)
+  attention points   -> capture.py: post-RoPE Q (last prompt token) and K (prompt rows)
+  layer points       -> capture.py: the residual stream at the last prompt token;
+                        the add-steers from the device buffers; steer.py: project-steers
 The points are guard_points.py's, placed when the model loaded, so they run
-in compiled graphs too; the model pre-hook and the logits hook sit outside
+in compiled graphs too; the step boundary and the logits hook sit outside
 the compiled part of the model.
   logits hook       -> decide_step.py: analyzers, rules, verdict; a blocked
                        request's row is forced to end-of-sequence and the
@@ -27,6 +28,7 @@ from ..engine.plan import Plan, SteerSpec
 from .capture import qk_hook, residual_hook
 from .decide_step import decide_hook, fail_closed
 from .modules import ModelModules
+from . import steering_buffers
 from .steer import steer_hook
 
 ALWAYS = {"op": "const", "value": True}  # a rule's condition when it has no `when`
@@ -52,7 +54,7 @@ class GuardRuntime:
         self.decide = decide
         self.hook_calls: Counter[str] = Counter()
         self.live = 0  # requests running under this plan
-        self.rows: list = []  # this step's rows of those requests
+        self.rows: list = []  # this step's rows of the requests with captures or a verdict due
         self.steer_rows: dict[int, list] = {}
         self.decided_this_step = False
         self.policies = {p.name: p for p in plan.policies}
@@ -63,6 +65,7 @@ class GuardRuntime:
         self._qk_layers = sorted({c.layer for c in plan.qk_captures})
         self._residual_layers = sorted({c.layer for c in plan.residual_captures})
         self._steer_layers = sorted({s.layer for s in plan.steers})
+        self.steer_slots: dict[SteerSpec, int] = {}  # add-steers: their row in the layer's steering table
         self._handles: list[Any] = []
         self._failures: Counter[str] = Counter()
         self.lifecycle = None
@@ -79,16 +82,31 @@ class GuardRuntime:
                 self._handles.append(m.on_layer_output(layer, residual_hook(self, layer)))
             for layer in self._steer_layers:
                 self._handles.append(m.on_layer_output(layer, steer_hook(self, layer)))
+            self._allocate_steers()
             self._handles.append(m.logits.register_forward_hook(decide_hook(self, lifecycle)))
         except Exception:
             self.uninstall()
             raise
         return self
 
+    def _allocate_steers(self) -> None:
+        buffers = steering_buffers.BUFFERS
+        for spec in self.plan.steers:
+            if spec.method != "add" or spec in self.steer_slots:
+                continue
+            if buffers is None:
+                raise RuntimeError("the model has no steering buffers (start the engine with load_format='innerguard')")
+            self.steer_slots[spec] = buffers.allocate(spec.layer, spec.coefficient * self.vectors[spec.vector])
+
     def uninstall(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        buffers = steering_buffers.BUFFERS
+        for spec, slot in self.steer_slots.items():
+            if buffers is not None:
+                buffers.release(spec.layer, slot)
+        self.steer_slots.clear()
 
     @property
     def installed(self) -> bool:

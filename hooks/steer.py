@@ -4,6 +4,10 @@ decoder layer, on the rows its positions select.
 Rows are chosen by absolute position, never by step kind, so a recompute
 after preemption (prompt and generated tokens in one prefill) is steered
 exactly as the original steps were.
+
+``add`` steers are applied by the layer point itself, from device buffers
+(steering_buffers.py), so that they hold under CUDA graphs; this hook
+applies ``project`` steers, whose delta depends on the stream.
 """
 from __future__ import annotations
 

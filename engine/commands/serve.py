@@ -69,6 +69,9 @@ def build_parser():
                        help="YAML/JSON {tenant name: API key}; the key's name is the request's tenant (keys also authenticate)")
     group.add_argument("--tenant-header", metavar="NAME", help="trusted header naming the tenant (set by your gateway)")
     group.add_argument("--tags-header", metavar="NAME", help="trusted header with comma-separated request tags")
+    group.add_argument("--isolate-tenants", action="store_true",
+                       help="give each tenant its own prefix cache (a secret per-tenant cache salt): "
+                            "no tenant reuses, or can time, another's cached prompts")
     group.add_argument("--watch-interval", type=float, default=2.0, metavar="SECONDS",
                        help="how often to look for policy changes (0: only SIGHUP and the reload endpoint)")
     group.add_argument("--cache-dir", help="innerguard's model cache folder")
@@ -105,6 +108,7 @@ def main(argv: list[str]) -> int:
         tenant_keys=tenant_keys,
         tenant_header=args.tenant_header,
         tags_header=args.tags_header,
+        isolate_tenants=args.isolate_tenants,
     )
     audit = None
     if args.audit_log:

@@ -30,12 +30,13 @@ def cache_salt(policies, rerank: bool, share_prefix_cache: bool) -> str | None:
     - where the worker cannot read K of cached positions back;
     - for the reranker, whose query Q must be computed (its calibration pass
       shares the salt, so the request reuses exactly that pass);
-    - where a policy may steer: steered K/V in the cache (of the prompt, or of
-      generated tokens that a later turn's prompt repeats) must never serve
-      another request, nor unsteered K/V a steered one.
+    - where an enforcing policy may steer: steered K/V in the cache (of the
+      prompt, or of generated tokens that a later turn's prompt repeats) must
+      never serve another request, nor unsteered K/V a steered one. Shadow
+      and warn policies never steer.
     Every other guarded request shares the cache with everyone: the guard
     points read the stream, they do not change it."""
-    steers = any(rule.action == "steer" for p in policies for rule in p.rules)
+    steers = any(p.mode == "enforce" and rule.action == "steer" for p in policies for rule in p.rules)
     if rerank or steers or not share_prefix_cache:
         return f"innerguard-{uuid.uuid4().hex}"
     return None

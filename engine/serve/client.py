@@ -46,8 +46,12 @@ class GuardedEngineClient:
         prepared = self._prepare(ctx, index, prompt, plan)
         if prepared.error is not None:
             raise GuardError(f"innerguard: {prepared.error}")
+        client_salt = prompt.get("cache_salt") if isinstance(prompt, Mapping) else None
         if prepared.args is None:  # no policy applies: plain vLLM
             ctx.results.append({})
+            salt = self._guard.cache_salt(ctx.tenant, client_salt, None)
+            if salt != client_salt:
+                prompt = {**prompt, "cache_salt": salt}
             async for out in self._engine.generate(prompt, sampling_params, request_id, **kwargs):
                 yield out
             return
@@ -56,8 +60,8 @@ class GuardedEngineClient:
         final_only = params.output_kind == RequestOutputKind.FINAL_ONLY
         if final_only:  # see the verdict after the first step, not at the end
             params.output_kind = RequestOutputKind.CUMULATIVE
-        engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids),
-                         **({"cache_salt": prepared.cache_salt} if prepared.cache_salt else {})}
+        salt = self._guard.cache_salt(ctx.tenant, client_salt, prepared.cache_salt)
+        engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids), **({"cache_salt": salt} if salt else {})}
         if prepared.calibration is not None:
             await self._calibrate(prepared, request_id)
         stream = self._engine.generate(engine_prompt, params, request_id, **kwargs)

@@ -3,7 +3,9 @@ worker's verdicts, and what to do once a request is decided (metrics,
 audit, the response's ``innerguard`` object)."""
 from __future__ import annotations
 
+import hashlib
 import hmac
+import secrets
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ class ServeOptions:
     tenant_keys: Mapping[str, str] = field(default_factory=dict)  # API key -> tenant name
     tenant_header: str | None = None
     tags_header: str | None = None
+    isolate_tenants: bool = False  # one prefix cache per tenant
 
 
 class ServerGuard:
@@ -36,6 +39,7 @@ class ServerGuard:
         self.model_name = model_name
         self.share_prefix_cache = False  # set from the install info: the workers read K back from the KV cache
         self.fetcher = DecisionFetcher(engine)
+        self._tenant_secret = secrets.token_hex(16)  # tenant salts cannot be guessed from outside
         self.started = time.time()
         self.last_reload: dict[str, Any] = {"result": "ok", "at": _iso(self.started), "reason": "start",
                                             "bundle_hash": plan.bundle_hash, "error": None}
@@ -52,6 +56,19 @@ class ServerGuard:
         if self.options.tenant_header:
             return headers.get(self.options.tenant_header.lower())
         return None
+
+    def cache_salt(self, tenant: str | None, client_salt: str | None, request_salt: str | None) -> str | None:
+        """The salt a request is sent with. The guard's own (one request's,
+        unique) wins; under ``isolate_tenants`` every other request is salted
+        by its tenant (no tenant is a tenant of its own), so no tenant is
+        served from, or can time, another's prefix cache; a client's own
+        ``cache_salt`` narrows that further."""
+        if request_salt is not None:
+            return request_salt
+        if not self.options.isolate_tenants:
+            return client_salt
+        digest = hashlib.sha256(f"{self._tenant_secret}\0{tenant or ''}\0{client_salt or ''}".encode())
+        return f"innerguard-tenant-{digest.hexdigest()[:32]}"
 
     def tags_of(self, headers: Mapping[str, str]) -> tuple[str, ...]:
         if not self.options.tags_header:

@@ -28,8 +28,8 @@ class HeadGeometry:
     head_dim: int
 
 
-def kv_heads_of(heads: torch.Tensor, geometry: Geometry) -> torch.Tensor:
-    """GQA: query head h reads key/value head h // (H / H_kv)."""
+def kv_heads_of(heads, geometry: Geometry):
+    """GQA: query head h reads key/value head h // (H / H_kv) (an int or a tensor of heads)."""
     if geometry.num_heads % geometry.num_kv_heads:
         raise ValueError(
             f"num_heads {geometry.num_heads} is not a multiple of num_kv_heads {geometry.num_kv_heads}"
@@ -37,10 +37,11 @@ def kv_heads_of(heads: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     return heads // (geometry.num_heads // geometry.num_kv_heads)
 
 
-def _check_width(name: str, x: torch.Tensor, heads: int, head_dim: int) -> None:
-    if x.dim() != 2 or x.shape[1] != heads * head_dim:
+def check_width(name: str, x: torch.Tensor, heads: int, head_dim: int, rows: int | None = None) -> None:
+    if x.dim() != 2 or x.shape[1] != heads * head_dim or (rows is not None and x.shape[0] != rows):
         raise ValueError(
-            f"{name} must be [tokens, {heads}*{head_dim}] (post-RoPE, flattened heads); got {tuple(x.shape)}"
+            f"{name} must be [{'tokens' if rows is None else rows}, {heads}*{head_dim}] "
+            f"(post-RoPE, flattened heads); got {tuple(x.shape)}"
         )
 
 
@@ -67,8 +68,8 @@ def attention_rows(
     if q.dim() == 1:
         q = q.unsqueeze(0)
     h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
-    _check_width("q", q, h, d)
-    _check_width("k", k, h_kv, d)
+    check_width("q", q, h, d)
+    check_width("k", k, h_kv, d)
     rows, length = q.shape[0], k.shape[0]
     device = q.device
     heads_t = torch.as_tensor(heads, dtype=torch.long, device=device).reshape(-1)

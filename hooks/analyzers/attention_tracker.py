@@ -16,12 +16,11 @@ left out of both sums, so attention sinks do not dilute the ratio.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Mapping, Sequence
 
 import torch
 
-from .attention import Geometry, attention_rows
+from .attention import Geometry, check_width, kv_heads_of
 from .spans import Spans, span_mask
 
 
@@ -40,34 +39,42 @@ def head_focus(
     q_last_by_layer: layer -> post-RoPE Q of the last prompt token ``[H*d]``.
     k_by_layer: layer -> post-RoPE K of all prompt tokens ``[T, H_kv*d]``.
     heads: (layer, query head) pairs.
+
+    All heads of all layers in one batch of tensor work, and every check on
+    host values: on a GPU this runs at the decision of every request, and a
+    check that read a device value would wait for the whole queue.
     """
     if not heads:
         raise ValueError("no heads chosen")
-    by_layer: dict[int, list[int]] = defaultdict(list)
-    slot: dict[int, list[int]] = defaultdict(list)
-    for i, (layer, head) in enumerate(heads):
-        by_layer[layer].append(head)
-        slot[layer].append(i)
-    first_k = k_by_layer[next(iter(by_layer))]
+    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    layers = sorted({layer for layer, _ in heads})
+    for layer, head in heads:
+        if not 0 <= head < h:
+            raise ValueError(f"head index out of range 0..{h - 1}: {head} (layer {layer})")
+    first_k = k_by_layer[layers[0]]
     length, device = first_k.shape[0], first_k.device
-    inst = span_mask(instruction, length, device)
-    dat = span_mask(data, length, device)
+    for layer in layers:
+        check_width(f"K of layer {layer}", k_by_layer[layer], h_kv, d, rows=length)
+        check_width(f"Q of layer {layer}", q_last_by_layer[layer].reshape(1, -1), h, d, rows=1)
+    inst = span_mask(instruction, length)  # on the host: checked here, moved once
+    dat = span_mask(data, length)
     if not inst.any() or not dat.any():
         raise ValueError("the instruction and the data spans must each cover at least one token")
     if (inst & dat).any():
         raise ValueError("the instruction and the data spans overlap")
-    masks = torch.stack([inst, dat], dim=1).float()  # [T, 2]
+    masks = torch.stack([inst, dat], dim=1).float().to(device)  # [T, 2]
 
-    ratios = torch.empty(len(heads), dtype=torch.float32, device=device)
-    for layer, layer_heads in by_layer.items():
-        k = k_by_layer[layer]
-        if k.shape[0] != length:
-            raise ValueError(f"layer {layer} has K for {k.shape[0]} tokens, expected {length}")
-        weights = attention_rows(q_last_by_layer[layer], k, layer_heads, geometry, scale)[:, 0]  # [n, T]
-        mass = weights @ masks  # [n, 2]: (a_inst, a_data)
-        ratio = mass[:, 0] / (mass[:, 0] + mass[:, 1]).clamp_min(torch.finfo(torch.float32).tiny)
-        ratios[torch.as_tensor(slot[layer], device=device)] = ratio
-    return ratios
+    row = {layer: i for i, layer in enumerate(layers)}
+    index = torch.tensor([[row[layer], head, kv_heads_of(head, geometry)] for layer, head in heads]).to(device)
+    # Upcast: bf16 logits lose the small weights that attention ratios sum.
+    q = torch.stack([q_last_by_layer[layer].reshape(h, d) for layer in layers]).float()  # [L, H, d]
+    k = torch.stack([k_by_layer[layer].reshape(length, h_kv, d) for layer in layers]).float()  # [L, T, H_kv, d]
+    q_sel = q[index[:, 0], index[:, 1]]  # [n, d]
+    k_sel = k.permute(0, 2, 1, 3)[index[:, 0], index[:, 2]]  # [n, T, d]
+    # The last prompt token sees every prompt token: no causal mask.
+    weights = torch.softmax(torch.einsum("nd,ntd->nt", q_sel, k_sel) * scale, dim=-1)
+    mass = weights @ masks  # [n, 2]: (a_inst, a_data)
+    return mass[:, 0] / (mass[:, 0] + mass[:, 1]).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def focus_score(

@@ -33,3 +33,20 @@ def test_named_policies_replace_selection_and_none_means_unguarded(plan):
     assert names(plan, policies=()) == []
     with pytest.raises(RequestError, match="unknown policy 'nope'"):
         names(plan, policies=("nope",))
+
+
+def test_the_shipped_selection_shares_the_prefix_cache_and_an_enforced_steer_does_not(plan):
+    # medical-topic-steer is shipped in shadow mode: it never steers, so it
+    # must not cost its requests the prefix cache (a unique cache salt).
+    from dataclasses import replace
+
+    from innerguard.engine.requests.prepare import cache_salt
+
+    selected = select_policies(plan, GuardRequest(id="r", prompt="x"))
+    assert [p.mode for p in selected if p.name == "medical-topic-steer"] == ["shadow"]
+    assert cache_salt(selected, rerank=False, share_prefix_cache=True) is None
+    enforced = [replace(p, mode="enforce") if p.name == "medical-topic-steer" else p for p in selected]
+    salts = {cache_salt(enforced, rerank=False, share_prefix_cache=True) for _ in range(2)}
+    assert len(salts) == 2 and None not in salts  # unique per request
+    assert cache_salt(selected, rerank=True, share_prefix_cache=True) is not None
+    assert cache_salt(selected, rerank=False, share_prefix_cache=False) is not None

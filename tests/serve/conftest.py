@@ -58,7 +58,8 @@ def server(smollm2_dir, served_policies, tmp_path_factory):
     logs = tmp_path_factory.mktemp("serve-logs")
     keys = logs / "tenant-keys.yaml"
     keys.write_text("acme: sk-acme-test\nglobex: sk-globex-test\n")
-    process = ServeProcess(served_policies, logs / "serve.log", "--tenant-keys", str(keys),
+    process = ServeProcess(served_policies, logs / "serve.log", "--tenant-keys", str(keys), "--isolate-tenants",
+                           "--enable-prompt-tokens-details",
                            "--audit-log", str(logs / "audit"), "--audit-durability", "sync")
     process.audit_dir = logs / "audit"
     try:

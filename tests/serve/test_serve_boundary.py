@@ -84,6 +84,23 @@ def test_the_tenant_is_the_api_key_name(server):
     assert post(server, body, headers={"Authorization": "Bearer wrong"}).status_code == 401
 
 
+def test_each_tenant_has_its_own_prefix_cache(server):
+    # --isolate-tenants: acme reuses acme's cached prompt; globex, sending the
+    # very same one, is not served from (and cannot time) acme's cache. The
+    # shipped policies (their steer is in shadow mode) salt nothing themselves.
+    document = " ".join(f"Item {i}: the quarterly inventory lists {i * 7} boxes of paper." for i in range(12))
+    body = chat(document, max_tokens=2)
+    first, again, other = post(server, body), post(server, body), post(server, body, headers=GLOBEX)
+
+    def cached(response) -> int:
+        assert response.status_code == 200, response.text
+        return (response.json()["usage"].get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+    assert cached(first) == 0 and cached(again) >= 64
+    assert cached(other) == 0
+    assert first.json()["innerguard"]["verdict"] == again.json()["innerguard"]["verdict"]  # decided alike, cache or not
+
+
 SAMPLING = {
     "ignore_eos": {"ignore_eos": True, "max_tokens": 16},
     "min_tokens": {"min_tokens": 6, "max_tokens": 16},

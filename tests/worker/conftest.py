@@ -1,6 +1,7 @@
 """Engines for the worker tests, one of each per session: a guarded engine at
-the default settings, and a tight one (a few KV blocks, 64-token prefill
-chunks) where requests get preempted and prompts take several steps."""
+the default settings (compiled), and a tight eager one (a few KV blocks,
+64-token prefill chunks) where requests get preempted and prompts take
+several steps."""
 from __future__ import annotations
 
 import shutil
@@ -29,18 +30,21 @@ def worker_policy_dir(tmp_path_factory, smollm2_dir) -> Path:
 def _engine(smollm2_dir, policy_dir, **overrides):
     from innerguard.engine.guarded import GuardedLLM
 
-    llm = GuardedLLM(smollm2_dir, policy_dir, **{"enforce_eager": True, **overrides})  # compiled mode: tests/runtime
+    llm = GuardedLLM(smollm2_dir, policy_dir, **overrides)
     yield llm
     llm.shutdown()
 
 
 @pytest.fixture(scope="session")
 def worker_engine(smollm2_dir, worker_policy_dir):
+    """vLLM's default (compiled) mode, as users run it: the hostile-request,
+    finality, lifecycle and reload tests run against the guard points inside
+    the compiled graph."""
     yield from _engine(smollm2_dir, worker_policy_dir)
 
 
 @pytest.fixture(scope="session")
 def tight_engine(smollm2_dir, worker_policy_dir):
     """10 KV blocks of 128 tokens: six ~230-token requests cannot all grow."""
-    yield from _engine(smollm2_dir, worker_policy_dir, num_gpu_blocks_override=10, max_model_len=1024,
+    yield from _engine(smollm2_dir, worker_policy_dir, enforce_eager=True, num_gpu_blocks_override=10, max_model_len=1024,
                        max_num_batched_tokens=64, max_num_seqs=8)

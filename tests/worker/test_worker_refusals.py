@@ -42,21 +42,45 @@ def test_a_guarded_engine_config_is_accepted_and_another_scheduler_is_not(smollm
 
 
 @pytest.mark.model
-def test_an_engine_that_replays_cuda_graphs_is_refused(smollm2_dir):
-    # This CPU build captures no CUDA graphs; the config of one that would
-    # (a GPU engine in vLLM's default mode) is refused: a replayed graph
-    # skips the guard points' Python bodies.
+def test_cuda_graphs_are_accepted_only_when_split_at_the_guard_points(smollm2_dir):
+    # This CPU build captures no CUDA graphs; configs of GPU engines that would
+    # are checked here. A replayed graph skips the guard points' Python bodies,
+    # so only piecewise graphs split at both points may run a guard.
     from vllm.config import CUDAGraphMode
+
+    from innerguard.engine.vllm_engine import GUARD_POINT_OPS
 
     config = engine_config(smollm2_dir)
     assert not config.compilation_config.cudagraph_capture_sizes
     refuse_unsupported(config)
-    config.compilation_config.cudagraph_capture_sizes = [1, 2, 4]
-    config.compilation_config.cudagraph_mode = CUDAGraphMode.PIECEWISE
-    with pytest.raises(UnsupportedEngineError, match="do not run inside CUDA graphs"):
+    compilation = config.compilation_config
+    compilation.cudagraph_capture_sizes = [1, 2, 4]
+    compilation.cudagraph_mode = CUDAGraphMode.PIECEWISE
+    compilation.splitting_ops = ["vllm::unified_attention_with_output"]
+    with pytest.raises(UnsupportedEngineError, match="not split at innerguard::attention_point, innerguard::layer_point"):
         refuse_unsupported(config)
-    config.compilation_config.cudagraph_mode = CUDAGraphMode.NONE
-    refuse_unsupported(config)
+    compilation.cudagraph_mode = CUDAGraphMode.FULL_AND_PIECEWISE
+    with pytest.raises(UnsupportedEngineError, match="not split at innerguard::attention_point"):
+        refuse_unsupported(config)
+    compilation.splitting_ops = ["vllm::unified_attention_with_output", *GUARD_POINT_OPS]
+    for mode in (CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL_AND_PIECEWISE, CUDAGraphMode.FULL_DECODE_ONLY, CUDAGraphMode.NONE):
+        compilation.cudagraph_mode = mode
+        refuse_unsupported(config)
+    compilation.cudagraph_mode = CUDAGraphMode.FULL  # full graphs for prefill steps too: captures would be skipped
+    with pytest.raises(UnsupportedEngineError, match="cudagraph_mode FULL replays whole forwards"):
+        refuse_unsupported(config)
+
+
+def test_the_engine_splits_graphs_at_the_ops_the_guard_points_call():
+    import torch
+
+    from innerguard.engine.vllm_engine import GUARD_POINT_OPS, guarded_compilation_config
+    from innerguard.hooks import guard_points  # noqa: F401  (defines the ops)
+
+    assert {torch.ops.innerguard.attention_point.default.name(), torch.ops.innerguard.layer_point.default.name()} == set(GUARD_POINT_OPS)
+    config = guarded_compilation_config()
+    assert config["cudagraph_mode"] == "FULL_AND_PIECEWISE"
+    assert {*GUARD_POINT_OPS, "vllm::unified_attention_with_output"} <= set(config["splitting_ops"])
 
 
 def test_our_scheduler_takes_the_async_variant_when_the_final_config_says_so():

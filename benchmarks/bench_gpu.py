@@ -1,0 +1,242 @@
+#!/usr/bin/env python3
+"""The guard on a GPU: guarded vs plain vLLM throughput, each engine in its
+own process, on a random-weight 1.5B-shaped Llama in bfloat16.
+
+    python benchmarks/bench_gpu.py make WORKDIR --tokenizer DIR   # model + policies
+    python benchmarks/bench_gpu.py all WORKDIR [--modes ...]      # one process per mode, JSON summary
+    python benchmarks/bench_gpu.py MODE WORKDIR                   # one mode
+
+Workload: 256 requests, each a ~480-token document under a one-line system
+instruction (fresh text every round, so no round is served from the prefix
+cache of the one before), 128 greedy output tokens with ``ignore_eos``; one
+warm-up batch of 16, then the median of ``--rounds`` timed batches. Guarded
+requests run two policies: an attention tracker on 48 heads over 18 layers
+(flags only, so nothing is blocked and both engines generate the same number
+of tokens) and an unconditional steer of one layer on every generated token.
+
+Modes:
+  plain-default     vLLM's default (compiled, CUDA graphs FULL_AND_PIECEWISE)
+  plain-piecewise   compiled, piecewise CUDA graphs split like a guarded engine
+  plain-eager       enforce_eager
+  guarded-default   GuardedLLM's default (compiled, piecewise CUDA graphs split at the guard points)
+  guarded-eager     GuardedLLM with enforce_eager
+
+Made for an H200 with the offline vLLM 0.24 kit (``../shared/gpukit``) and an
+innerguard wheel installed; the model is random, so the figures are about
+speed, not text.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+
+LAYERS, HIDDEN, HEADS, KV_HEADS, FFN = 28, 1536, 12, 2, 8960
+TRACKED_HEADS = [[layer, head] for layer in range(10, 28) for head in (0, 5, 9)][:48]
+STEER_LAYER = 14
+REQUESTS, OUTPUT_TOKENS, DOC_WORDS = 256, 128, 430
+MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager")
+WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
+         "they you were her all she there would their we him been has when who will more no if out so said what up "
+         "its about into than them can only other new some could time these two may then do first any my now").split()
+
+POLICIES = {
+    "injection.yaml": f"""\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: injection, version: 1.0.0, owner: bench, description: attention-tracker focus on 48 heads; flags only}}
+mode: enforce
+on_error: fail-open
+spans:
+  trusted: {{roles: [system]}}
+  untrusted: {{roles: [user]}}
+signals:
+  focus:
+    analyzer: attention_tracker
+    heads: {json.dumps(TRACKED_HEADS)}
+rules:
+  - id: flag-low-focus
+    when: focus < 0.01
+    action: flag
+""",
+    "steer.yaml": f"""\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: steer, version: 1.0.0, owner: bench, description: one steered layer on every generated token}}
+mode: enforce
+on_error: fail-open
+rules:
+  - id: always-steer
+    when: true
+    action: steer
+    steer:
+      vector: {{artifact: artifacts/steer.safetensors, key: vector}}
+      layer: {STEER_LAYER}
+      coefficient: 0.5
+      positions: generated
+      method: add
+""",
+}
+
+
+def make(work: Path, tokenizer: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from innerguard.engine import models
+
+    model_dir = work / "llama-1.5b-random"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(tokenizer / name, model_dir / name)
+    config = LlamaConfig(
+        vocab_size=len(AutoTokenizer.from_pretrained(model_dir)), hidden_size=HIDDEN, intermediate_size=FFN,
+        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+        max_position_embeddings=4096, initializer_range=0.02, tie_word_embeddings=True,
+        bos_token_id=1, eos_token_id=2, pad_token_id=2,
+    )
+    torch.manual_seed(0)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    policy_dir = work / "policies"
+    (policy_dir / "artifacts").mkdir(parents=True, exist_ok=True)
+    for name, text in POLICIES.items():
+        (policy_dir / name).write_text(text)
+    vector = torch.randn(HIDDEN, generator=torch.Generator().manual_seed(2))
+    save_file({"vector": (vector / vector.norm()).contiguous()}, str(policy_dir / "artifacts" / "steer.safetensors"),
+              metadata={"model_name": model_dir.name, "hidden_size": str(HIDDEN), "layer": str(STEER_LAYER),
+                        "model_fingerprint": models.read_geometry(model_dir).fingerprint})
+    print(f"made {model_dir} and {policy_dir}", flush=True)
+
+
+def rows(seed: int, n: int) -> list[dict]:
+    rnd = random.Random(seed)
+    return [{"id": f"r{seed}-{i}", "instruction": "Summarize the document.",
+             "data": " ".join(rnd.choice(WORDS) for _ in range(DOC_WORDS)), "max_tokens": OUTPUT_TOKENS}
+            for i in range(n)]
+
+
+def engine_settings() -> dict:
+    return {"dtype": "bfloat16", "gpu_memory_utilization": 0.6, "max_model_len": 2048, "seed": 0}
+
+
+def run(mode: str, work: Path, rounds: int) -> dict:
+    from vllm import SamplingParams
+
+    model_dir = str(work / "llama-1.5b-random")
+    params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+    started = time.perf_counter()
+    result: dict = {"mode": mode, "runner_v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER")}
+    if mode.startswith("plain"):
+        from vllm import LLM
+
+        from innerguard.engine.vllm_engine import guarded_compilation_config
+
+        extra = {"enforce_eager": True} if mode == "plain-eager" else {}
+        if mode == "plain-piecewise":
+            extra["compilation_config"] = guarded_compilation_config()
+        llm = LLM(model=model_dir, **engine_settings(), **extra)
+        tokenizer = llm.get_tokenizer()
+
+        def prompts(batch):
+            return [{"prompt_token_ids": tokenizer.apply_chat_template(
+                [{"role": "system", "content": r["instruction"]}, {"role": "user", "content": r["data"]}],
+                add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]} for r in batch]
+
+        def generate(batch):
+            outs = llm.generate(prompts(batch), params, use_tqdm=False)
+            return sum(len(o.outputs[0].token_ids) for o in outs), {}
+
+        config = llm.llm_engine.vllm_config
+    else:
+        from innerguard.engine.guarded import GuardedLLM
+
+        g = GuardedLLM(model_dir, [str(work / "policies")], **engine_settings(),
+                       **({"enforce_eager": True} if mode == "guarded-eager" else {}))
+
+        def generate(batch):
+            outs = g.run([{**r, "policies": ["injection", "steer"]} for r in batch], params)
+            errors = [o.error for o in outs if o.error]
+            actions = sorted({o.action for o in outs})
+            focus = [o.signals.get("injection.focus") for o in outs]
+            return sum(o.num_output_tokens for o in outs), {
+                "errors": len(errors), "first_error": errors[0] if errors else None, "actions": actions,
+                "decided_with_focus": sum(f is not None for f in focus)}
+
+        config = g.llm.llm_engine.vllm_config
+    compilation = config.compilation_config
+    result["start_s"] = round(time.perf_counter() - started, 1)
+    result["cudagraph_mode"] = str(getattr(compilation, "cudagraph_mode", None))
+    result["enforce_eager"] = bool(config.model_config.enforce_eager)
+    generate(rows(1000, 16))  # warm-up
+    times, checks = [], []
+    for r in range(rounds):
+        t = time.perf_counter()
+        tokens, check = generate(rows(r, REQUESTS))
+        times.append(time.perf_counter() - t)
+        checks.append(check)
+        result["output_tokens"] = tokens
+        print(f"[{mode}] round {r}: {times[-1]:.2f} s, {tokens} tokens {check}", flush=True)
+    result["seconds"] = [round(x, 3) for x in times]
+    result["median_s"] = round(statistics.median(times), 3)
+    result["out_tok_s"] = round(REQUESTS * OUTPUT_TOKENS / statistics.median(times), 1)
+    result["checks"] = checks
+    return result
+
+
+def run_all(work: Path, modes: list[str], rounds: int, timeout: float, out: Path) -> dict:
+    summary: dict = {"runs": {}}
+    for mode in modes:
+        t0 = time.time()
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), mode, str(work), "--rounds", str(rounds)],
+                              capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        (out / f"{mode}.log").write_text(proc.stdout + proc.stderr)
+        found = [json.loads(line[len("RESULT "):]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+        summary["runs"][mode] = found[-1] if found else {"rc": proc.returncode, "tail": (proc.stdout + proc.stderr)[-3000:]}
+        summary["runs"][mode]["wall_s"] = round(time.time() - t0, 1)
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        print(f"{mode}: {summary['runs'][mode].get('out_tok_s')} tok/s", flush=True)
+    base = summary["runs"].get("plain-default", {}).get("out_tok_s")
+    if base:
+        summary["vs_plain_default"] = {m: round(r["out_tok_s"] / base, 4) for m, r in summary["runs"].items() if r.get("out_tok_s")}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print("SUMMARY " + json.dumps(summary.get("vs_plain_default")), flush=True)
+    return summary
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser.add_argument("mode", choices=["make", "all", *MODES])
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("--tokenizer", type=Path, help="for make: a folder with SmolLM2's tokenizer files")
+    parser.add_argument("--modes", nargs="*", default=list(MODES), help="for all: which modes, in this order")
+    parser.add_argument("--rounds", type=int, default=2, help="timed batches per mode (median)")
+    parser.add_argument("--timeout", type=float, default=420, help="for all: seconds per mode")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")), help="for all: logs and summary.json")
+    args = parser.parse_args()
+    if args.mode == "make":
+        make(args.workdir, args.tokenizer)
+    elif args.mode == "all":
+        args.out.mkdir(parents=True, exist_ok=True)
+        run_all(args.workdir, args.modes, args.rounds, args.timeout, args.out)
+    else:
+        print("RESULT " + json.dumps(run(args.mode, args.workdir, args.rounds)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
