@@ -124,6 +124,13 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                 params["residual_layers"] = [signal.layer]
                 residual_layers.add(signal.layer)
                 needs.append(Need(f"residual stream after layer {signal.layer}, last prompt token", f"signal {qualified} (probe)"))
+            if signal.analyzer == "token_probe":
+                params["weights"] = {str(layer): vector(ref) for layer, ref in signal.layer_refs()}
+                params["bias"] = _artifact_bias(signal.weights)
+                needs.append(Need(
+                    f"residual stream after layers {_ranges(signal.layers)}, every {signal.span} token (scores only)",
+                    f"signal {qualified} (token_probe)",
+                ))
             if signal.analyzer == "text":
                 needs.append(Need("prompt text (outside the model, RE2)", f"signal {qualified} (text)"))
             analyzers.append(AnalyzerSpec(signal=qualified, kind=signal.analyzer, params=params))

@@ -18,7 +18,7 @@ PLAN_VERSION = "innerguard.plan/v1"
 # scalars and lists, so the arguments travel as one JSON string.
 REQUEST_KEY = "innerguard"
 
-AnalyzerKind = Literal["attention_tracker", "reranker", "probe", "text"]
+AnalyzerKind = Literal["attention_tracker", "reranker", "probe", "token_probe", "text"]
 Action = Literal["block", "steer", "flag", "rerank", "drop_documents", "allow"]
 Mode = Literal["enforce", "shadow", "warn"]
 OnError = Literal["fail-closed", "fail-open"]

@@ -26,15 +26,19 @@ class Captures:
     q_last: dict[int, torch.Tensor] = field(default_factory=dict)
     q_query: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     residual_last: dict[int, torch.Tensor] = field(default_factory=dict)
+    token_scores: dict[str, torch.Tensor] = field(default_factory=dict)  # token_probe signal -> [prompt tokens]
+    first_computed: int | None = None  # the first prompt position this request computed itself
 
     def seek(self, position: int, end: int) -> None:
         """This step computes prompt positions ``[position, end)``."""
         if self.start is None or position <= self.start:
             self.clear()
-            self.start = position
+            self.start = self.first_computed = position
         elif position < self.end:  # recomputed after preemption
             self.k = _truncate(self.k, position - self.start)
             self.q_query = _truncate(self.q_query, max(position - self.query_start, 0))
+            for scores in self.token_scores.values():
+                scores[position:] = 0
         elif position > self.end:
             raise CaptureGap(f"prompt positions {self.end}..{position} were never computed by this request")
         self.end = end
@@ -49,8 +53,8 @@ class Captures:
         self.start = 0
 
     def clear(self) -> None:
-        self.start, self.end = None, 0
-        self.k, self.q_last, self.q_query, self.residual_last = {}, {}, {}, {}
+        self.start, self.end, self.first_computed = None, 0, None
+        self.k, self.q_last, self.q_query, self.residual_last, self.token_scores = {}, {}, {}, {}, {}
 
 
 def _truncate(chunks: dict[int, list[torch.Tensor]], rows: int) -> dict[int, list[torch.Tensor]]:
@@ -97,3 +101,34 @@ def residual_hook(runtime, layer: int):
                 state.fail(f"residual capture at layer {layer} failed: {type(exc).__name__}: {exc}")
 
     return runtime.contained(f"residual.{layer}", capture_residual)
+
+
+def token_probe_hook(runtime, layer: int):
+    """At the layer point of ``layer``: each token-level probe's share of its
+    prompt tokens' scores, ``w_layer · (hidden + residual)``, added up over
+    its layers (analyzers/token_probe.py). Only the scores are kept."""
+
+    def score_tokens(hidden, residual):
+        runtime.hook_calls[f"tokens.{layer}"] += 1
+        for rows in runtime.rows:
+            state = rows.state
+            if layer not in state.token_layers or not state.capturing:
+                continue
+            a, b = rows.prompt_rows
+            if b <= a:
+                continue
+            try:
+                stream = (hidden[a:b] + residual[a:b]).float()
+                position = rows.span.first_position + (a - rows.span.start)
+                for signal in state.token_probes:
+                    weight = runtime.token_weights.get((signal, layer))
+                    if weight is None:
+                        continue
+                    scores = state.captures.token_scores.get(signal)
+                    if scores is None:
+                        scores = state.captures.token_scores[signal] = stream.new_zeros(state.num_prompt_tokens)
+                    scores[position:position + (b - a)] += stream @ weight
+            except Exception as exc:
+                state.fail(f"token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
+
+    return runtime.contained(f"tokens.{layer}", score_tokens)

@@ -56,6 +56,8 @@ class RequestState:
     unknown_policies: list[str] = field(default_factory=list)
     qk_layers: frozenset[int] = frozenset()
     residual_layers: frozenset[int] = frozenset()
+    token_layers: frozenset[int] = frozenset()  # layers a token-level probe of its policies reads
+    token_probes: tuple[str, ...] = ()  # those probes' signals
     query_span: tuple[int, int] | None = None  # the reranker's query tokens
     captures: Captures = field(default_factory=Captures)
     steers: list[ActiveSteer] = field(default_factory=list)

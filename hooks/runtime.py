@@ -25,7 +25,7 @@ from typing import Any, Callable
 import torch
 
 from ..engine.plan import Plan, SteerSpec
-from .capture import qk_hook, residual_hook
+from .capture import qk_hook, residual_hook, token_probe_hook
 from .decide_step import decide_hook, fail_closed
 from .modules import ModelModules
 from . import steering_buffers
@@ -65,6 +65,10 @@ class GuardRuntime:
         self._qk_layers = sorted({c.layer for c in plan.qk_captures})
         self._residual_layers = sorted({c.layer for c in plan.residual_captures})
         self._steer_layers = sorted({s.layer for s in plan.steers})
+        token_probes = [a for a in plan.analyzers if a.kind == "token_probe"]
+        self._token_layers = sorted({int(layer) for a in token_probes for layer in a.params["layers"]})
+        self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
+                              for layer, name in a.params["weights"].items()}
         self.steer_slots: dict[SteerSpec, int] = {}  # add-steers: their row in the layer's steering table
         self._handles: list[Any] = []
         self._failures: Counter[str] = Counter()
@@ -80,6 +84,8 @@ class GuardRuntime:
                 self._handles.append(m.on_attention_input(layer, qk_hook(self, layer)))
             for layer in self._residual_layers:  # before steering: probes read the unsteered stream
                 self._handles.append(m.on_layer_output(layer, residual_hook(self, layer)))
+            for layer in self._token_layers:
+                self._handles.append(m.on_layer_output(layer, token_probe_hook(self, layer)))
             for layer in self._steer_layers:
                 self._handles.append(m.on_layer_output(layer, steer_hook(self, layer)))
             self._allocate_steers()
@@ -122,6 +128,7 @@ class GuardRuntime:
             ["step", "logits"]
             + [f"qk.{layer}" for layer in self._qk_layers]
             + [f"residual.{layer}" for layer in self._residual_layers]
+            + [f"tokens.{layer}" for layer in self._token_layers]
             + [f"steer.{layer}" for layer in self._steer_layers]
         )
 
@@ -156,13 +163,17 @@ class GuardRuntime:
         names = state.args["policies"]
         state.policies = tuple(self.policies[n] for n in names if n in self.policies)
         state.unknown_policies = [n for n in names if n not in self.policies]
-        qk, residual = set(), set()
-        for signal in {s for p in state.policies for s in p.signals}:
+        qk, residual, tokens, token_probes = set(), set(), set(), []
+        for signal in sorted({s for p in state.policies for s in p.signals}):
             spec = self.analyzers.get(signal)
             if spec is not None:
                 qk.update(spec.params.get("qk_layers", ()))
                 residual.update(spec.params.get("residual_layers", ()))
+                if spec.kind == "token_probe":
+                    tokens.update(int(layer) for layer in spec.params["layers"])
+                    token_probes.append(signal)
         state.qk_layers, state.residual_layers = frozenset(qk), frozenset(residual)
+        state.token_layers, state.token_probes = frozenset(tokens), tuple(token_probes)
         if state.unknown_policies:
             # The engine checked these names against its plan; this plan
             # differs (a reload raced the request). Never guard with less.

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .analyzers import attention_tracker, probe, reranker
+import torch
+
+from .analyzers import attention_tracker, probe, reranker, token_probe
 from .calibration import geometry_of, query_token_attention
 
 
@@ -29,6 +31,8 @@ def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str,
                 signals[name] = _focus(spec, state, geometry, modules)
             elif spec.kind == "probe":
                 signals[name] = _probe(spec, state, vectors)
+            elif spec.kind == "token_probe":
+                signals[name] = _token_probe(spec, state)
             elif spec.kind == "reranker":
                 signals[name] = _relevance(spec, state, geometry, modules)
             else:
@@ -83,6 +87,24 @@ def _probe(spec, state, vectors) -> float:
     if params.get("score", "cosine") == "cosine":
         return probe.concept_cosine(residual, vector)
     return probe.logistic_probability(residual, vector, float(params.get("bias") or 0.0))
+
+
+def _token_probe(spec, state) -> float:
+    params, captures = spec.params, state.captures
+    if captures.first_computed:
+        raise RuntimeError(
+            f"prompt positions 0..{captures.first_computed} came from the prefix cache; a token_probe needs every "
+            "span token computed (its requests carry a cache salt: was this one prepared by innerguard?)"
+        )
+    scores = captures.token_scores.get(spec.signal)
+    if scores is None:
+        raise RuntimeError("no token scores were recorded for this request")
+    role = "data" if params.get("span", "untrusted") == "untrusted" else "instruction"
+    positions = [t for a, b in _spans(state, params["policy"], role) for t in range(a, b)]
+    if not positions or positions[-1] >= scores.shape[0]:
+        raise ValueError(f"the {params.get('span', 'untrusted')} span is empty or outside the {scores.shape[0]} prompt tokens")
+    span_scores = scores[torch.tensor(positions, device=scores.device)] + float(params.get("bias") or 0.0)
+    return token_probe.window_max(span_scores, int(params.get("window", 12)))
 
 
 def _relevance(spec, state, geometry, modules) -> list[float]:

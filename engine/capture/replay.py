@@ -117,6 +117,8 @@ def missing_captures(plan: Plan, manifest: dict[str, Any]) -> list[str]:
     for spec in plan.analyzers:
         if spec.kind == "reranker":
             missing.append(f"{spec.signal}: the reranker needs its content-free calibration pass; replay does not run it")
+        if spec.kind == "token_probe":
+            missing.append(f"{spec.signal}: the token_probe scores every span token inside the engine; replay does not rebuild its scores")
     for capture in plan.qk_captures:
         if capture.layer not in qk:
             missing.append(f"Q/K of layer {capture.layer} heads {list(capture.heads)} (capture with --qk-heads "

@@ -23,6 +23,9 @@ def check_geometry(policy: Policy, marks: Marks, g: ModelGeometry) -> list[Findi
         layer = getattr(s, "layer", None)
         if layer is not None and layer >= g.num_layers:
             out.append(make("IG601", f"signal {s.name!r}: layer {layer} is out of range; the model has layers 0..{g.num_layers - 1}", marks.at(path + ("layer",))))
+        for i, layer in enumerate(getattr(s, "layers", None) or ()):
+            if layer >= g.num_layers:
+                out.append(make("IG601", f"signal {s.name!r}: layer {layer} is out of range; the model has layers 0..{g.num_layers - 1}", marks.at(path + ("layers", i))))
     for index, rule in enumerate(policy.rules):
         if rule.steer is None:
             continue

@@ -12,7 +12,7 @@ from innerguard.engine.lint.registry import make
 from innerguard.engine.policy import conditions as c
 from innerguard.engine.decide import TEMPLATE_VARIABLES
 from innerguard.engine.policy.diagnostics import Finding, Location
-from innerguard.engine.policy.model import ArtifactRef, Policy, Rule, SpanSelector, TextSignal
+from innerguard.engine.policy.model import ArtifactRef, Policy, Rule, SpanSelector, TextSignal, TokenProbeSignal
 from innerguard.engine.policy.schema import describe_path, did_you_mean
 from innerguard.engine.policy.templates import analyze
 from innerguard.engine.policy.yamlsafe import Marks
@@ -81,6 +81,9 @@ class _PolicyChecker:
             elif s.analyzer == "probe":
                 if s.score == "cosine" and "bias" in self.marks_keys(path):
                     self.add("IG105", f"signal {s.name!r}: 'bias' applies only to score: probability", path + ("bias",), key=True)
+            elif s.analyzer == "token_probe":
+                if s.span not in spans:
+                    self.add("IG102", f"token_probe signal {s.name!r} scores the {s.span} span, but spans.{s.span} is not defined", path, key=True)
             elif isinstance(s, TextSignal):
                 if not s.pattern and not s.keywords:
                     self.add("IG102", f"text signal {s.name!r} needs 'pattern' or 'keywords'", path, key=True)
@@ -298,6 +301,9 @@ def iter_artifacts(policy: Policy) -> Iterator:
         vector = getattr(s, "vector", None)
         if isinstance(vector, ArtifactRef):
             yield vector, "vector", ("signals", s.name, "vector"), (s.layer,)
+        if isinstance(s, TokenProbeSignal):
+            for layer, ref in s.layer_refs():
+                yield ref, "vector", ("signals", s.name, "weights"), (layer,)
     for i, rule in enumerate(policy.rules):
         if rule.steer is not None:
             yield rule.steer.vector, "vector", ("rules", i, "steer", "vector"), rule.steer.layers

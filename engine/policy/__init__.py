@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from innerguard.engine.policy.diagnostics import Finding, Location, Severity, has_errors
 from innerguard.engine.policy.model import (
-    ArtifactRef, AttentionTrackerSignal, Policy, PolicySet, ProbeSignal, RerankerSignal,
+    ArtifactRef, AttentionTrackerSignal, Policy, PolicySet, ProbeSignal, RerankerSignal, TokenProbeSignal,
     Rule, Signal, SpanSelector, SteerAction, TextSignal,
 )
 
@@ -47,6 +47,6 @@ def load_policy_set(paths, model=None) -> tuple[PolicySet, tuple[Finding, ...]]:
 
 __all__ = [
     "load_policy_set", "Finding", "Location", "Severity", "has_errors",
-    "ArtifactRef", "AttentionTrackerSignal", "Policy", "PolicySet", "ProbeSignal",
+    "ArtifactRef", "AttentionTrackerSignal", "Policy", "PolicySet", "ProbeSignal", "TokenProbeSignal",
     "RerankerSignal", "Rule", "Signal", "SpanSelector", "SteerAction", "TextSignal",
 ]

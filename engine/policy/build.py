@@ -14,12 +14,12 @@ from innerguard.engine.lint.registry import make
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import (
-    ArtifactRef, AttentionTrackerSignal, Policy, ProbeSignal, RerankerSignal,
+    ArtifactRef, AttentionTrackerSignal, Policy, ProbeSignal, RerankerSignal, TokenProbeSignal,
     Rule, Signal, SpanSelector, SteerAction, TextSignal,
 )
 from innerguard.engine.policy.yamlsafe import Document
 
-DEFAULT_KEYS = {"heads": "heads", "vector": "vector"}
+DEFAULT_KEYS = {"heads": "heads", "vector": "vector", "weights": "weight"}
 
 
 class _Context:
@@ -59,6 +59,10 @@ def _signal(ctx: _Context, name: str, data: dict) -> Signal:
     if kind == "probe":
         return ProbeSignal(**common, layer=data["layer"], vector=ctx.artifact(data["vector"], path + ("vector",), DEFAULT_KEYS["vector"]),
                            score=data.get("score", "cosine"), bias=float(data["bias"]) if "bias" in data else None)
+    if kind == "token_probe":
+        return TokenProbeSignal(**common, layers=tuple(int(v) for v in data["layers"]), span=data.get("span", "untrusted"),
+                                window=int(data.get("window", 12)),
+                                weights=ctx.artifact(data["weights"], path + ("weights",), DEFAULT_KEYS["weights"]))
     if kind == "reranker":
         heads = data.get("heads")
         return RerankerSignal(**common, documents=_span(data["documents"]), query=_span(data.get("query")),

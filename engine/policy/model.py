@@ -20,7 +20,7 @@ For the compiler (see ``innerguard.engine.plan``):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping
 
@@ -118,6 +118,22 @@ class ProbeSignal(Signal):
 
     def params(self) -> dict[str, Any]:
         return {"layer": self.layer, "vector": self.vector.to_dict(), "score": self.score, "bias": self.bias}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenProbeSignal(Signal):
+    layers: tuple[int, ...]
+    weights: ArtifactRef  # tensors "<key>.<layer>" [hidden] and "bias" [1]
+    span: Literal["untrusted", "trusted"] = "untrusted"
+    window: int = 12
+    type: SignalType = "number"
+
+    def layer_refs(self) -> list[tuple[int, ArtifactRef]]:
+        """One vector per layer: the artifact's ``<key>.<layer>`` tensor."""
+        return [(layer, replace(self.weights, key=f"{self.weights.key}.{layer}")) for layer in self.layers]
+
+    def params(self) -> dict[str, Any]:
+        return {"layers": list(self.layers), "span": self.span, "window": self.window}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from innerguard.engine.reference.scores import (
     reference_focus_score,
     reference_head_ratios,
     reference_probe,
+    reference_token_probe,
     reference_rerank,
     reference_residual,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "reference_focus_score",
     "reference_head_ratios",
     "reference_probe",
+    "reference_token_probe",
     "reference_rerank",
     "reference_residual",
     "reference_steered_generate",

@@ -128,3 +128,27 @@ def reference_probe(
     w = [float(t) for t in weight]
     z = sum(a * b for a, b in zip(x, w)) + float(bias)
     return 1.0 / (1.0 + math.exp(-z))
+
+
+def reference_token_probe(
+    model: Any,
+    input_ids,
+    weights: dict[int, torch.Tensor],
+    bias: float,
+    span: Sequence[Range],
+    window: int,
+) -> float:
+    """The token-level probe, written out plainly: for each span token t,
+    s_t = Σ_L weights[L]·x_L,t + bias (x: the residual after layer L, float64),
+    then the largest mean of s_t over ``window`` consecutive span tokens (the
+    mean of all when the span is shorter)."""
+    positions = _positions(span)
+    scores = [float(bias)] * len(positions)
+    for layer, weight in weights.items():
+        x = reference_residual(model, input_ids, layer, slice(None)).double()
+        w = weight.double()
+        for i, t in enumerate(positions):
+            scores[i] += float(x[t] @ w)
+    if len(scores) <= window:
+        return sum(scores) / len(scores)
+    return max(sum(scores[i:i + window]) / window for i in range(len(scores) - window + 1))

@@ -25,7 +25,7 @@ def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache:
         return PreparedRequest(request=request, error=str(exc), bundle_hash=plan.bundle_hash)
 
 
-def cache_salt(policies, rerank: bool, share_prefix_cache: bool) -> str | None:
+def cache_salt(policies, rerank: bool, share_prefix_cache: bool, token_signals: frozenset[str] = frozenset()) -> str | None:
     """A unique salt keeps a request out of the prefix cache, both ways:
     - where the worker cannot read K of cached positions back;
     - for the reranker, whose query Q must be computed (its calibration pass
@@ -34,10 +34,14 @@ def cache_salt(policies, rerank: bool, share_prefix_cache: bool) -> str | None:
       prompt, or of generated tokens that a later turn's prompt repeats) must
       never serve another request, nor unsteered K/V a steered one. Shadow
       and warn policies never steer.
+    - where a policy reads a token-level probe (``token_signals``: their
+      qualified names): it scores every token of a span, and a cached token
+      is never computed again.
     Every other guarded request shares the cache with everyone: the guard
     points read the stream, they do not change it."""
     steers = any(p.mode == "enforce" and rule.action == "steer" for p in policies for rule in p.rules)
-    if rerank or steers or not share_prefix_cache:
+    per_token = any(name in token_signals for p in policies for name in p.signals)
+    if rerank or steers or per_token or not share_prefix_cache:
         return f"innerguard-{uuid.uuid4().hex}"
     return None
 
@@ -70,7 +74,8 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer, share_prefix_cache: b
         request=request,
         prompt_token_ids=rendering.input_ids,
         policies=policies,
-        cache_salt=cache_salt(policies, bool(rerank), share_prefix_cache),
+        cache_salt=cache_salt(policies, bool(rerank), share_prefix_cache,
+                              frozenset(a.signal for a in plan.analyzers if a.kind == "token_probe")),
         text_signals=signals,
         calibration=pass_,
         key=key,

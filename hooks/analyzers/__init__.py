@@ -24,6 +24,7 @@ from .reranker import (
     token_attention,
 )
 from .steering import steer_row_mask, steering_delta
+from .token_probe import window_max
 
 __all__ = [
     "HeadGeometry",
@@ -38,4 +39,5 @@ __all__ = [
     "token_attention",
     "steer_row_mask",
     "steering_delta",
+    "window_max",
 ]

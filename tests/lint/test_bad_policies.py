@@ -133,6 +133,27 @@ def probe_policy(artifact: str, extra: str = "", when: str = "topic > 0.5", laye
     )
 
 
+def token_probe_policy(layers: str = "[6, 12]", span: str = "untrusted", head: str = HEAD) -> str:
+    return head + (
+        "signals:\n  injected:\n    analyzer: token_probe\n"
+        f"    layers: {layers}\n    span: {span}\n"  # layers at line 12
+        "    weights:\n      artifact: artifacts/t.safetensors\n"  # artifact at line 15
+        "rules:\n  - id: r\n    when: injected > 4\n    action: block\n"
+    )
+
+
+def token_weights(*layers: int, size: int = HIDDEN):
+    """A token-probe artifact with one ``weight.<layer>`` vector per layer."""
+    def setup(folder: Path) -> None:
+        from safetensors.numpy import save_file
+
+        (folder / "artifacts").mkdir(parents=True, exist_ok=True)
+        tensors = {f"weight.{layer}": np.linspace(-1, 1, size, dtype=np.float32) for layer in layers}
+        save_file({**tensors, "bias": np.zeros(1, dtype=np.float32)}, str(folder / "artifacts" / "t.safetensors"),
+                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(HIDDEN), "layer": ",".join(map(str, layers))})
+    return setup
+
+
 def heads_policy(artifact: str, key: str = "heads") -> str:
     return HEAD + (
         "signals:\n  focus:\n    analyzer: attention_tracker\n    heads:\n"
@@ -167,7 +188,12 @@ CASES += [
     Case("artifact-vector-length", probe_policy("artifacts/v.safetensors"), "IG510", 14, setup=vec(size=100, metadata={"model_name": "x", "hidden_size": "576", "layer": "8"})),
     Case("artifact-heads-out-of-range", heads_policy("artifacts/h.safetensors"), "IG511", 13, setup=lambda f: write_heads(f / "artifacts/h.safetensors", heads=[[1, 2], [31, 0]])),
     Case("artifact-other-layer", probe_policy("artifacts/v.safetensors", layer=3), "IG305", 14, setup=vec(layer=8)),
+    Case("token-probe-missing-layer-vector", token_probe_policy(), "IG506", 15, setup=token_weights(6)),
+    Case("token-probe-vector-length", token_probe_policy(), "IG510", 15, setup=token_weights(6, 12, size=100)),
+    Case("token-probe-span-undefined", token_probe_policy(span="trusted", head=HEAD.replace("  trusted: {roles: [system]}\n", "")), "IG102", 9,
+         setup=token_weights(6, 12)),
     # ---- model geometry (with --model) --------------------------------------------
+    Case("model-token-probe-layer-out-of-range", token_probe_policy("[6, 30]"), "IG601", 12, setup=token_weights(6, 30), model="smollm2-135m-instruct"),
     Case("model-head-out-of-range", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: [[1, 2], [3, 9]]\nrules:\n" + BLOCK_LOW, "IG511", 12, model="smollm2-135m-instruct"),
     Case("model-layer-out-of-range", probe_policy("artifacts/v.safetensors", layer=30), "IG601", 12, setup=vec(layer=30), model="smollm2-135m-instruct"),
     Case("model-vector-length", probe_policy("artifacts/v.safetensors"), "IG510", 14, setup=vec(size=64, metadata={"model_name": "smollm2-135m-instruct", "layer": "8"}), model="smollm2-135m-instruct"),

@@ -11,6 +11,8 @@ import torch
 from helpers import make_vector
 
 POLICIES = Path(__file__).parent / "policies"
+# The token-level probe candidate, with its fitted artifact (test_token_probe.py).
+TOKEN_PROBE = Path(__file__).resolve().parents[2] / "examples" / "prompt-injection-token-probe"
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +22,8 @@ def policy_dir(tmp_path_factory, smollm2_dir) -> Path:
         shutil.copy(source, folder / source.name)
     make_vector(folder / "artifacts" / "concept.safetensors", smollm2_dir, layer=8, seed=1)
     make_vector(folder / "artifacts" / "steer.safetensors", smollm2_dir, layer=6, seed=2)
+    shutil.copy(TOKEN_PROBE / "prompt-injection-token-probe.yaml", folder / "tokens.yaml")
+    shutil.copytree(TOKEN_PROBE / "artifacts", folder / "artifacts", dirs_exist_ok=True)
     return folder
 
 

@@ -1,0 +1,31 @@
+"""A linear probe on every token of a span, pooled by its strongest window.
+
+An instruction planted in untrusted data is a sentence somewhere in it; what
+the last prompt token carries of it fades with the length and style of the
+text around it. So each span token t gets a score
+
+    s_t = Σ_L w_L · h_L,t + b        (h_L,t: the residual stream after layer L)
+
+and the signal is the largest mean of s_t over ``window`` consecutive span
+tokens (the mean of the whole span when it is shorter): high when some
+stretch of the data reads like an instruction to the model. It is a logit.
+The per-layer dot products are accumulated while the prompt is computed
+(hooks/capture.py), so no hidden state is kept.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def window_max(scores: torch.Tensor, window: int) -> float:
+    """The largest mean over ``window`` consecutive entries of ``scores``
+    (1-D), or the mean of all of them when there are fewer."""
+    if scores.dim() != 1 or scores.numel() == 0:
+        raise ValueError(f"token scores must be a non-empty 1-D tensor; got {tuple(scores.shape)}")
+    if window < 1:
+        raise ValueError(f"window must be at least 1; got {window}")
+    s = scores.double()
+    if s.numel() <= window:
+        return float(s.mean())
+    sums = torch.cumsum(torch.cat([s.new_zeros(1), s]), 0)
+    return float(((sums[window:] - sums[:-window]) / window).max())
