@@ -41,4 +41,3 @@ def test_row_mask_by_position():
     assert steer_row_mask(pos, 5, "prompt").tolist() == [True, True, False, False]
     assert steer_row_mask(pos, 5, "generated").tolist() == [False, False, True, True]
     assert steer_row_mask(pos, 5, "all").all()
-
