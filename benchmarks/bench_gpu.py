@@ -5,6 +5,7 @@ own process, on a random-weight 1.5B-shaped Llama in bfloat16.
     python benchmarks/bench_gpu.py make WORKDIR --tokenizer DIR   # model + policies
     python benchmarks/bench_gpu.py all WORKDIR [--modes ...]      # one process per mode, JSON summary
     python benchmarks/bench_gpu.py MODE WORKDIR                   # one mode
+    python benchmarks/bench_gpu.py MODE WORKDIR --profile FILE    # one round under cProfile, engine in-process
 
 Workload: 256 requests, each a ~480-token document under a one-line system
 instruction (fresh text every round, so no round is served from the prefix
@@ -133,7 +134,7 @@ def engine_settings() -> dict:
     return {"dtype": "bfloat16", "gpu_memory_utilization": 0.6, "max_model_len": 2048, "seed": 0}
 
 
-def run(mode: str, work: Path, rounds: int) -> dict:
+def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict:
     from vllm import SamplingParams
 
     model_dir = str(work / "llama-1.5b-random")
@@ -152,9 +153,12 @@ def run(mode: str, work: Path, rounds: int) -> dict:
         tokenizer = llm.get_tokenizer()
 
         def prompts(batch):
-            return [{"prompt_token_ids": tokenizer.apply_chat_template(
+            # Rendered, then tokenized in one call, as GuardedLLM does: the
+            # two engines get the same preparation, so the ratio is the guard's.
+            texts = [tokenizer.apply_chat_template(
                 [{"role": "system", "content": r["instruction"]}, {"role": "user", "content": r["data"]}],
-                add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]} for r in batch]
+                add_generation_prompt=True, tokenize=False) for r in batch]
+            return [{"prompt_token_ids": ids} for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
         def generate(batch):
             outs = llm.generate(prompts(batch), params, use_tqdm=False)
@@ -182,6 +186,8 @@ def run(mode: str, work: Path, rounds: int) -> dict:
     result["cudagraph_mode"] = str(getattr(compilation, "cudagraph_mode", None))
     result["enforce_eager"] = bool(config.model_config.enforce_eager)
     generate(rows(1000, 16))  # warm-up
+    if profile is not None:
+        return _profiled(generate, profile, result)
     times, checks = [], []
     for r in range(rounds):
         t = time.perf_counter()
@@ -194,6 +200,27 @@ def run(mode: str, work: Path, rounds: int) -> dict:
     result["median_s"] = round(statistics.median(times), 3)
     result["out_tok_s"] = round(REQUESTS * OUTPUT_TOKENS / statistics.median(times), 1)
     result["checks"] = checks
+    return result
+
+
+def _profiled(generate, path: Path, result: dict) -> dict:
+    """One round under cProfile; the worker's Python is in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set before vLLM loads)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    t = time.perf_counter()
+    profiler.enable()
+    generate(rows(0, REQUESTS))
+    profiler.disable()
+    result["profiled_s"] = round(time.perf_counter() - t, 3)
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).sort_stats("cumulative")
+    stats.print_stats(r"innerguard|execute_model|sample_tokens|prepare_inputs|_model_forward|propose|update_from_output", 70)
+    stats.sort_stats("tottime").print_stats(40)
+    path.write_text(text.getvalue())
     return result
 
 
@@ -226,6 +253,7 @@ def main() -> int:
     parser.add_argument("--modes", nargs="*", default=list(MODES), help="for all: which modes, in this order")
     parser.add_argument("--rounds", type=int, default=2, help="timed batches per mode (median)")
     parser.add_argument("--timeout", type=float, default=420, help="for all: seconds per mode")
+    parser.add_argument("--profile", type=Path, help="for one mode: write a cProfile summary of one round here")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")), help="for all: logs and summary.json")
     args = parser.parse_args()
     if args.mode == "make":
@@ -234,7 +262,9 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         run_all(args.workdir, args.modes, args.rounds, args.timeout, args.out)
     else:
-        print("RESULT " + json.dumps(run(args.mode, args.workdir, args.rounds)), flush=True)
+        if args.profile is not None:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        print("RESULT " + json.dumps(run(args.mode, args.workdir, args.rounds, args.profile)), flush=True)
     return 0
 
 

@@ -25,7 +25,7 @@ from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan
-from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare
+from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare_many
 from innerguard.engine.verdicts import FINISH_BLOCKED, refuse, undecided
 from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, start_llm
 
@@ -137,16 +137,18 @@ class GuardedLLM:
         from vllm import SamplingParams
 
         base = sampling_params or SamplingParams(temperature=0.0, max_tokens=64)
-        prepared: list[PreparedRequest] = []
+        parsed: list[GuardRequest | PreparedRequest] = []  # a row that is no request is already its output
         for i, request in enumerate(requests):
             if not isinstance(request, GuardRequest):
                 try:
                     request = GuardRequest.from_row(request, default_id=str(i))
                 except RequestError as exc:
                     bad_id = str(request.get("id", i)) if isinstance(request, Mapping) else str(i)
-                    prepared.append(PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc)))
-                    continue
-            prepared.append(prepare(self.plan, request, self.tokenizer, share_prefix_cache=self.share_prefix_cache))
+                    request = PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc))
+            parsed.append(request)
+        ready = iter(prepare_many(self.plan, [r for r in parsed if isinstance(r, GuardRequest)], self.tokenizer,
+                                  share_prefix_cache=self.share_prefix_cache))
+        prepared = [next(ready) if isinstance(r, GuardRequest) else r for r in parsed]
         runnable = [p for p in prepared if p.error is None]
         started = time.time()
         outputs = {}
@@ -210,7 +212,12 @@ class GuardedLLM:
 
     @staticmethod
     def _params(base, prepared: PreparedRequest):
+        from vllm.sampling_params import RequestOutputKind
+
         params = base.clone()
+        # Only finished outputs are read (verdicts come from the worker), as
+        # in ``LLM.generate``: no per-step output objects for every request.
+        params.output_kind = RequestOutputKind.FINAL_ONLY
         if prepared.request.max_tokens is not None:
             params.max_tokens = prepared.request.max_tokens
         if prepared.args is not None:

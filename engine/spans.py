@@ -58,10 +58,18 @@ class PromptSpans:
 
 
 def _offsets(tokenizer: Any, text: str, add_special_tokens: bool) -> tuple[list[int], list[tuple[int, int]]]:
+    return _offsets_many(tokenizer, [text], add_special_tokens)[0]
+
+
+def _offsets_many(tokenizer: Any, texts: Sequence[str], add_special_tokens: bool) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """Token ids and character offsets of each text; one tokenizer call for
+    all of them (a fast tokenizer encodes a batch on every core)."""
     if not getattr(tokenizer, "is_fast", False):
         raise SpanError("token spans need a fast tokenizer (one with offset mappings)")
-    enc = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-    return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    if not texts:
+        return []
+    enc = tokenizer(list(texts), add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    return [(list(ids), [tuple(o) for o in offsets]) for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"])]
 
 
 def _token_range(offsets: Sequence[tuple[int, int]], ends: list[int], start: int, end: int) -> Range:
@@ -165,13 +173,52 @@ def chat_spans(
     content tokens. Roles in ``trusted_roles`` are trusted, roles in
     ``neutral_roles`` are neither, every other role (tool, function,
     documents, ...) is untrusted."""
+    found = chat_spans_many(tokenizer, [messages], trusted_roles=trusted_roles, neutral_roles=neutral_roles,
+                            add_generation_prompt=add_generation_prompt)[0]
+    if isinstance(found, SpanError):
+        raise found
+    return found
+
+
+def chat_spans_many(
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Mapping[str, Any]]],
+    *,
+    trusted_roles: Sequence[str] = TRUSTED_ROLES,
+    neutral_roles: Sequence[str] = NEUTRAL_ROLES,
+    add_generation_prompt: bool = True,
+) -> list[PromptSpans | SpanError]:
+    """:func:`chat_spans` of each conversation, tokenized in one call; a
+    conversation that cannot be resolved gets its ``SpanError`` in its place."""
+    texts: list[str | SpanError] = []
+    for messages in conversations:
+        try:
+            texts.append(_render_chat(tokenizer, messages, add_generation_prompt))
+        except SpanError as exc:
+            texts.append(exc)
+    encoded = iter(_offsets_many(tokenizer, [t for t in texts if isinstance(t, str)], add_special_tokens=False))
+    out: list[PromptSpans | SpanError] = []
+    for messages, text in zip(conversations, texts):
+        if isinstance(text, SpanError):
+            out.append(text)
+            continue
+        ids, offsets = next(encoded)
+        try:
+            out.append(_locate_messages(messages, text, ids, offsets, trusted_roles, neutral_roles))
+        except SpanError as exc:
+            out.append(exc)
+    return out
+
+
+def _render_chat(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
     for i, message in enumerate(messages):
         if not isinstance(message.get("content"), str):
             raise SpanError(f"message {i} ({message.get('role')!r}) has no text content; only string content is supported")
-    text = tokenizer.apply_chat_template(
-        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt
-    )
-    ids, offsets = _offsets(tokenizer, text, add_special_tokens=False)
+    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+def _locate_messages(messages, text: str, ids: list[int], offsets: list[tuple[int, int]],
+                     trusted_roles: Sequence[str], neutral_roles: Sequence[str]) -> PromptSpans:
     ends = [e for _, e in offsets]
     found, cursor = [], 0
     for i, message in enumerate(messages):

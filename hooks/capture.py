@@ -44,7 +44,8 @@ class Captures:
         self.end = end
 
     def keys(self, layer: int) -> torch.Tensor:
-        return torch.cat(self.k[layer])
+        chunks = self.k[layer]
+        return chunks[0] if len(chunks) == 1 else torch.cat(chunks)
 
     def prepend(self, prefix: dict[int, torch.Tensor]) -> None:
         """K of positions ``[0, start)``, computed by another pass of the same prompt."""
@@ -62,25 +63,40 @@ def _truncate(chunks: dict[int, list[torch.Tensor]], rows: int) -> dict[int, lis
 
 
 def qk_hook(runtime, layer: int):
-    """At the attention point of ``layer``: post-RoPE Q and K."""
+    """At the attention point of ``layer``: post-RoPE K of the step's prompt
+    rows and Q of its last prompt tokens, for every capturing request at once
+    (two gathers per layer, not two copies per request: on a GPU each copy
+    is a kernel launch)."""
 
     def capture_qk(q, k):
         runtime.hook_calls[f"qk.{layer}"] += 1
-        for rows in runtime.rows:
-            state = rows.state
-            if layer not in state.qk_layers or not state.capturing:
+        capturing = [r for r in runtime.rows if layer in r.state.qk_layers and r.state.capturing]
+        if not capturing:
+            return
+        k_rows, q_rows = [], []
+        for rows in capturing:
+            a, b = rows.prompt_rows
+            if not (0 <= a <= b <= k.shape[0]) or (rows.last_row is not None and not 0 <= rows.last_row < q.shape[0]):
+                rows.state.fail(f"capture at layer {layer} failed: rows {a}..{b} (last {rows.last_row}) "
+                                f"outside the step's {k.shape[0]}")
                 continue
-            try:
-                a, b = rows.prompt_rows
-                if b > a:
-                    state.captures.k.setdefault(layer, []).append(k[a:b].detach().clone())
-                if rows.last_row is not None:
-                    state.captures.q_last[layer] = q[rows.last_row].detach().clone()
-                qa, qb = rows.query_rows
-                if qb > qa:
-                    state.captures.q_query.setdefault(layer, []).append(q[qa:qb].detach().clone())
-            except Exception as exc:  # this request's rows, not the batch
-                state.fail(f"capture at layer {layer} failed: {type(exc).__name__}: {exc}")
+            if b > a:
+                k_rows.append((rows, a, b))
+            if rows.last_row is not None:
+                q_rows.append(rows)
+        if k_rows:
+            keys = k.index_select(0, runtime.step_index(tuple((a, b) for _, a, b in k_rows), k.device))
+            for (rows, a, b), part in zip(k_rows, keys.split([b - a for _, a, b in k_rows])):
+                # A prompt that goes on in a later step keeps its own copy, not the whole step's gather.
+                rows.state.captures.k.setdefault(layer, []).append(part if rows.last_row is not None else part.clone())
+        if q_rows:
+            last = q.index_select(0, runtime.step_index(tuple((r.last_row, r.last_row + 1) for r in q_rows), q.device))
+            for rows, row in zip(q_rows, last):
+                rows.state.captures.q_last[layer] = row
+        for rows in capturing:
+            qa, qb = rows.query_rows
+            if qb > qa and rows.state.capturing:
+                rows.state.captures.q_query.setdefault(layer, []).append(q[qa:qb].detach().clone())
 
     return runtime.contained(f"qk.{layer}", capture_qk)
 

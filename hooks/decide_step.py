@@ -3,15 +3,21 @@ forward and before the sampler, for every request whose prompt ended in this
 step. A blocked request's row is forced to end-of-sequence and its id goes to
 the scheduler (``verdicts``), which finishes it in this same step.
 
-Siblings (``n > 1``: one key, one prompt) share one decision: the first with
-complete captures decides, the others apply its verdict.
+The step's decisions are made together (``StepDecisions``): each request's
+analyzers queue their tensor work, then one read brings every signal value
+to the host, then the rules run. Siblings (``n > 1``: one key, one prompt)
+share one decision: the first with complete captures decides, the others
+apply its verdict.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .signals import read_signals
 
 BLOCKED_MESSAGE = "This request was blocked because the guard could not evaluate it."
 
@@ -25,11 +31,13 @@ def decide_hook(runtime, lifecycle):
         due = [r for r in runtime.rows if (r.state.decided and r.state.late_error) or (r.last_row is not None and not r.state.decided)]
         # One logits row per request of the step, or no row can be trusted.
         rows_match = logits.dim() == 2 and logits.shape[0] == lifecycle.num_rows
+        decisions = StepDecisions(runtime, lifecycle)
         for rows in sorted(due, key=_deciders_first):
             try:
-                settle(runtime, lifecycle, rows)
+                decisions.add(rows.state)
             except Exception as exc:  # never leave a request undecided, never raise into vLLM
                 fail_closed(lifecycle, rows.state, exc)
+        decisions.finish()
         for rows in runtime.rows:  # blocked now, or earlier with a step still in flight
             if rows.state.blocked:
                 lifecycle.blocked_now.add(rows.state.req_id)
@@ -48,47 +56,81 @@ def fail_closed(lifecycle, state, exc: Exception) -> None:
     lifecycle.blocked_now.add(state.req_id)
 
 
-def settle(runtime, lifecycle, rows) -> None:
-    state = rows.state
-    if state.decided:  # a failure after the decision (steering)
-        _late_failure(runtime, lifecycle, state)
-        return
-    if state.is_calibration:
-        lifecycle.calibrations.record(state, runtime.plan, runtime.analyzers, runtime.modules)
-        state.decided = True
-        state.captures.clear()
-        return
-    result = state.group.result
-    if result is None:
-        result = evaluate(runtime, lifecycle, state)
-        lifecycle.record(state, result)
-    else:
-        lifecycle.counters["shared_decisions"] += 1
-    state.decided = True
-    state.blocked = bool(result.get("blocked"))
-    if not state.blocked:
-        for steer_id in result.get("steers", ()):
-            if steer_id not in state.static_steers:
-                state.add_steers(runtime.steers_by_id.get(steer_id, ()), from_position=state.num_prompt_tokens)
-    state.captures.clear()
+@dataclass
+class _Evaluation:
+    state: Any
+    signals: tuple[dict[str, Any], dict[str, str]] | None = None
+    started: float = 0.0
+    failed: dict[str, Any] | None = None  # the decision, when the analyzers could not even start
 
 
-def evaluate(runtime, lifecycle, state) -> dict[str, Any]:
-    try:
-        if state.error:
-            raise RuntimeError(state.error)
-        if state.captures.start:  # prompt tokens this request did not compute
-            lifecycle.fill_prefix(state)
-        if state.query_span is not None:
-            state.calibration = lifecycle.calibrations.take(state.key)
-        return decide_request(runtime, state)
-    except Exception as exc:
-        return failed_decision(state, exc)
+class StepDecisions:
+    """The decisions due in one step."""
+
+    def __init__(self, runtime, lifecycle):
+        self.runtime, self.lifecycle = runtime, lifecycle
+        self.evaluations: list[_Evaluation] = []
+        self.deciding: set[int] = set()  # ids of the groups an evaluation here decides
+        self.waiting: list = []  # siblings of those, applying the group's verdict after
+
+    def add(self, state) -> None:
+        runtime, lifecycle = self.runtime, self.lifecycle
+        if state.decided:  # a failure after the decision (steering)
+            _late_failure(runtime, lifecycle, state)
+        elif state.is_calibration:
+            lifecycle.calibrations.record(state, runtime.plan, runtime.analyzers, runtime.modules)
+            state.decided = True
+            state.captures.clear()
+        elif state.group.result is not None:
+            lifecycle.counters["shared_decisions"] += 1
+            _apply(runtime, state, state.group.result)
+        elif id(state.group) in self.deciding:
+            self.waiting.append(state)
+        else:
+            self.deciding.add(id(state.group))
+            self.evaluations.append(self._start(state))
+
+    def _start(self, state) -> _Evaluation:
+        runtime, lifecycle = self.runtime, self.lifecycle
+        try:
+            if state.error:
+                raise RuntimeError(state.error)
+            if state.captures.start:  # prompt tokens this request did not compute
+                lifecycle.fill_prefix(state)
+            if state.query_span is not None:
+                state.calibration = lifecycle.calibrations.take(state.key)
+            started = time.perf_counter()
+            signals = runtime.start_signals(runtime.plan, runtime.analyzers, state, runtime.vectors, runtime.modules)
+            return _Evaluation(state, signals, started)
+        except Exception as exc:
+            return _Evaluation(state, failed=failed_decision(state, exc))
+
+    def finish(self) -> None:
+        """Read every signal value at once, then decide and apply each verdict."""
+        runtime, lifecycle = self.runtime, self.lifecycle
+        started = [e for e in self.evaluations if e.failed is None]
+        try:
+            read_signals([e.signals for e in started])
+        except Exception as exc:  # the read failed: no value of this step can be trusted
+            for e in started:
+                e.failed = failed_decision(e.state, exc)
+        for e in self.evaluations:
+            try:
+                result = e.failed or _decision(runtime, e)
+                lifecycle.record(e.state, result)
+                _apply(runtime, e.state, result)
+            except Exception as exc:
+                fail_closed(lifecycle, e.state, exc)
+        for state in self.waiting:
+            try:
+                lifecycle.counters["shared_decisions"] += 1
+                _apply(runtime, state, state.group.result)
+            except Exception as exc:
+                fail_closed(lifecycle, state, exc)
 
 
-def decide_request(runtime, state) -> dict[str, Any]:
-    started = time.perf_counter()
-    signals, errors = runtime.compute_signals(runtime.plan, runtime.analyzers, state, runtime.vectors, runtime.modules)
+def _decision(runtime, evaluation: _Evaluation) -> dict[str, Any]:
+    state, (signals, errors) = evaluation.state, evaluation.signals
     outcome = runtime.decide(state.policies, signals, errors, state.args)
     done = time.perf_counter()
     return {
@@ -101,9 +143,20 @@ def decide_request(runtime, state) -> dict[str, Any]:
         "bundle": runtime.plan.bundle_hash,
         "prefill_tokens": state.prefill_tokens,
         "num_prompt_tokens": state.num_prompt_tokens,
-        "analysis_ms": round((done - started) * 1000, 3),
+        "analysis_ms": round((done - evaluation.started) * 1000, 3),
         "decision_latency_ms": round((done - state.first_seen) * 1000, 3),
     }
+
+
+def _apply(runtime, state, result: dict[str, Any]) -> None:
+    """``state`` follows ``result``: blocked, or allowed with its steers."""
+    state.decided = True
+    state.blocked = bool(result.get("blocked"))
+    if not state.blocked:
+        for steer_id in result.get("steers", ()):
+            if steer_id not in state.static_steers:
+                state.add_steers(runtime.steers_by_id.get(steer_id, ()), from_position=state.num_prompt_tokens)
+    state.captures.clear()
 
 
 def failed_decision(state, exc: Exception) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from . import kv_cache, steering_buffers
 from .calibration import CalibrationStore
 from .capture import Captures
@@ -31,6 +33,7 @@ from .verdicts import attach
 log = logging.getLogger("innerguard")
 
 RETIRE_GRACE_S = 60.0
+_UNSEEN = object()  # a request id this worker has not read yet
 
 
 @dataclass(eq=False)
@@ -72,6 +75,9 @@ class RequestState:
     blocked: bool = False
     preempted: bool = False
     late_error: tuple[str, str] | None = None  # (policy, message) after the decision
+    # Decided, allowed, every steer an ``add`` that moves every row from here
+    # on: its (layer, steering slot) pairs, placed without a RowSpan (begin_step).
+    steady: tuple[tuple[int, int], ...] | None = None
 
     @property
     def is_calibration(self) -> bool:
@@ -82,14 +88,17 @@ class RequestState:
         return not self.decided and self.error is None and self.group.result is None
 
     def fail(self, message: str, never_open: bool = False) -> None:
+        self.steady = None
         if self.error is None:
             self.error = message
         self.never_fail_open |= never_open
 
     def add_steers(self, specs, from_position: int = 0) -> None:
+        self.steady = None
         self.steers += [ActiveSteer(s, s.id.split("/")[0], from_position) for s in specs]
 
     def steer_failed(self, active: ActiveSteer, message: str) -> None:
+        self.steady = None
         self.steers = [s for s in self.steers if s is not active]
         if not self.decided:
             self.fail(message)
@@ -125,7 +134,7 @@ class Lifecycle:
         self.hook_calls: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()  # preemptions, prefix-cached starts, shared decisions
         self.needs_points = True  # whether this step must run the guard points' Python (no full CUDA graph)
-        self._steered: dict[int, list[tuple[int, int, int]]] = {}  # this step's add-steered rows, by layer
+        self._steered: dict[int, list[tuple[np.ndarray, int]]] = {}  # this step's add-steered rows and slots, by layer
         self._attached = False
 
     # -- plans ----------------------------------------------------------------
@@ -197,7 +206,7 @@ class Lifecycle:
             for req_id in events.preempted:
                 state = self.states.get(req_id)
                 if state is not None:
-                    state.preempted = True
+                    state.preempted, state.steady = True, None  # a recompute re-reads its prompt rows
                     self.counters["preemptions"] += 1
             for req_id in events.added:
                 state = self.states.get(req_id)
@@ -224,7 +233,9 @@ class Lifecycle:
             if req_id not in self.states:
                 return True
             state = self.states[req_id]
-            if state is not None and (not state.decided or any(a.spec.method != "add" for a in state.steers)):
+            if state is None or state.steady is not None:
+                continue
+            if not state.decided or any(a.spec.method != "add" for a in state.steers):
                 return True
         return False
 
@@ -268,28 +279,58 @@ class Lifecycle:
             self._block_scheduled(exc)
             _set_steered_rows({})
             return
-        self.num_rows = len(view.rows)
-        for span in view.rows:
-            try:
-                state = self._state_for(span)
-            except Exception as exc:
-                state = self._new_state(span, None, f"{type(exc).__name__}: {exc}")
+        self.num_rows = len(view)
+        states, steady = self.states, {}
+        for i, req_id in enumerate(view.req_ids):
+            state = states.get(req_id, _UNSEEN)
             if state is None:
                 continue
-            if state.decided and not (state.blocked or state.late_error):
-                self._steer(state, span)  # the usual decoding request: at most its steers to place
+            if state is not _UNSEEN and state.steady is not None and not state.blocked:  # the usual decoding request
+                for layer_slot in state.steady:
+                    steady.setdefault(layer_slot, []).append(i)
                 continue
-            try:
-                rows = self._rows(state, span)
-            except Exception as exc:
-                state.fail(f"{type(exc).__name__}: {exc}")
-                rows = Rows(state, span, last_row=None if state.decided else span.end - 1)
-            state.runtime.rows.append(rows)
+            self._read_rows(view.span(i))
+        for (layer, slot), batch_indices in steady.items():
+            self._steered.setdefault(layer, []).append((view.token_rows(batch_indices), slot))
         try:
             _set_steered_rows(self._steered)
         except Exception as exc:
             log.exception("innerguard: setting this step's steered rows failed")
             self._block_scheduled(exc)
+
+    def _read_rows(self, span: RowSpan) -> None:
+        """One request's rows of this step, when it needs more than its steady steers."""
+        try:
+            state = self._state_for(span)
+        except Exception as exc:
+            state = self._new_state(span, None, f"{type(exc).__name__}: {exc}")
+        if state is None:
+            return
+        if state.decided and not (state.blocked or state.late_error):
+            self._steer(state, span)  # decoding: at most its steers to place
+            state.steady = self._steady(state, span)
+            return
+        try:
+            rows = self._rows(state, span)
+        except Exception as exc:
+            state.fail(f"{type(exc).__name__}: {exc}")
+            rows = Rows(state, span, last_row=None if state.decided else span.end - 1)
+        state.runtime.rows.append(rows)
+
+    @staticmethod
+    def _steady(state: RequestState, span: RowSpan) -> tuple[tuple[int, int], ...] | None:
+        """``state``'s steady steers once every one of them moves every row
+        from this step on; None while any still depends on the position."""
+        if state.preempted or span.first_position < state.num_prompt_tokens:
+            return None
+        placed = []
+        for active in state.steers:
+            slot = state.runtime.steer_slots.get(active.spec)
+            if slot is None or span.first_position < active.from_position:
+                return None  # a project steer runs in Python; a steer not started yet
+            if active.spec.positions != "prompt":
+                placed.append((active.spec.layer, slot))
+        return tuple(placed)
 
     def end_step(self) -> None:
         """The step's forward and decisions are done: a forward before the
@@ -369,7 +410,7 @@ class Lifecycle:
                 continue
             slot = runtime.steer_slots.get(active.spec)
             if slot is not None:  # added by the layer point, from the device buffers
-                self._steered.setdefault(active.spec.layer, []).append((*rows, slot))
+                self._steered.setdefault(active.spec.layer, []).append((np.arange(*rows), slot))
             else:
                 runtime.steer_rows.setdefault(active.spec.layer, []).append((state, rows, active))
 
@@ -456,7 +497,7 @@ class Lifecycle:
         }
 
 
-def _set_steered_rows(rows: dict[int, list[tuple[int, int, int]]]) -> None:
+def _set_steered_rows(rows: dict[int, list[tuple[np.ndarray, int]]]) -> None:
     buffers = steering_buffers.BUFFERS
     if buffers is not None:
         buffers.set_rows(rows)

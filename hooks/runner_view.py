@@ -12,7 +12,7 @@ read where both runners meet: the worker's ``execute_model`` and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -33,10 +33,40 @@ class RowSpan:
     num_prompt_tokens: int
 
 
-@dataclass(frozen=True)
 class StepView:
-    rows: tuple[RowSpan, ...]
-    num_tokens: int
+    """This step's requests in batch order, as arrays. A ``RowSpan`` is made
+    only for a request that asks for one (``span``): a decoding request the
+    guard already decided costs a dictionary lookup per step, not an object."""
+
+    def __init__(self, req_ids: Sequence[str] = (), query_start_loc=(0,), first_positions: Sequence[int] = (),
+                 prompt_len: Callable[[str], int] = lambda req_id: 0):
+        self.req_ids = req_ids
+        self.query_start_loc = np.asarray(query_start_loc, dtype=np.int64)  # [len(req_ids) + 1]
+        self.first_positions = first_positions
+        self._prompt_len = prompt_len
+        self.num_tokens = int(self.query_start_loc[-1]) if len(req_ids) else 0
+
+    def __len__(self) -> int:
+        return len(self.req_ids)
+
+    def span(self, i: int) -> RowSpan:
+        req_id, qsl = self.req_ids[i], self.query_start_loc
+        return RowSpan(req_id, i, int(qsl[i]), int(qsl[i + 1]), int(self.first_positions[i]), int(self._prompt_len(req_id)))
+
+    @property
+    def rows(self) -> tuple[RowSpan, ...]:
+        return tuple(self.span(i) for i in range(len(self)))
+
+    def token_rows(self, batch_indices: Sequence[int]) -> np.ndarray:
+        """The token rows of the requests at ``batch_indices``, concatenated."""
+        qsl = self.query_start_loc
+        index = np.asarray(batch_indices, dtype=np.int64)
+        starts, lengths = qsl[index], qsl[index + 1] - qsl[index]
+        if lengths.size and (lengths == 1).all():  # decoding: one row each
+            return starts
+        # Each request's run start..end, without a Python loop over requests.
+        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+        return offsets + np.arange(int(lengths.sum()))
 
 
 @dataclass(frozen=True)
@@ -151,22 +181,10 @@ class V1RunnerReader:
         if not num_reqs or positions.shape[0] < int(qsl[-1]):
             # A forward that is not this batch's step (a dummy or profiling
             # run): it carries no request rows.
-            return StepView(rows=(), num_tokens=0)
-        rows = []
+            return StepView()
         starts = _first_positions(positions, qsl, getattr(batch, "num_computed_tokens_cpu", None))
-        for i, req_id in enumerate(batch.req_ids[:num_reqs]):
-            state = runner.requests[req_id]
-            rows.append(
-                RowSpan(
-                    req_id=req_id,
-                    batch_index=i,
-                    start=int(qsl[i]),
-                    end=int(qsl[i + 1]),
-                    first_position=int(starts[i]),
-                    num_prompt_tokens=int(state.num_prompt_tokens),
-                )
-            )
-        return StepView(rows=tuple(rows), num_tokens=int(qsl[-1]))
+        requests = runner.requests
+        return StepView(batch.req_ids[:num_reqs], qsl, starts, lambda req_id: requests[req_id].num_prompt_tokens)
 
     def extra_args(self, req_id: str):
         state = self._runner.requests.get(req_id)
@@ -263,11 +281,11 @@ class V2RunnerReader:
     def step(self, positions=None) -> StepView:
         batch = self._batch
         if batch is None:
-            return StepView(rows=(), num_tokens=0)
+            return StepView()
         req_ids = list(batch.req_ids)
         num_reqs = len(req_ids)
         if num_reqs == 0:
-            return StepView(rows=(), num_tokens=0)
+            return StepView()
         # query_start_loc_np is padded for CUDA-graph batches: keep the real rows.
         qsl = np.asarray(batch.query_start_loc_np)[: num_reqs + 1]
         num_tokens = int(qsl[-1])
@@ -278,18 +296,8 @@ class V2RunnerReader:
                 f"Model Runner V2 prepared {num_tokens} token rows but the model got {positions.shape[0]} positions"
             )
         starts = _first_positions(positions, qsl, getattr(batch, "num_computed_tokens_np", None))
-        rows = tuple(
-            RowSpan(
-                req_id=req_id,
-                batch_index=i,
-                start=int(qsl[i]),
-                end=int(qsl[i + 1]),
-                first_position=int(starts[i]),
-                num_prompt_tokens=self._requests.get(req_id, (0, None, None))[0],
-            )
-            for i, req_id in enumerate(req_ids)
-        )
-        return StepView(rows=rows, num_tokens=num_tokens)
+        requests = self._requests
+        return StepView(req_ids, qsl, starts, lambda req_id: requests.get(req_id, (0, None, None))[0])
 
     def extra_args(self, req_id: str):
         return self._requests.get(req_id, (0, None, None))[1]
@@ -318,7 +326,7 @@ def _first_positions(positions, qsl: np.ndarray, num_computed) -> list[int]:
         return positions[qsl[:-1]].tolist()
     if num_computed is None:
         raise UnsupportedRunnerError("this model runner keeps no host-side num_computed_tokens")
-    return [int(v) for v in np.asarray(num_computed)[: len(qsl) - 1]]
+    return np.asarray(num_computed)[: len(qsl) - 1].tolist()
 
 
 def _new_request_entry(new) -> tuple[int, dict | None, list | None]:

@@ -43,20 +43,21 @@ class GuardRuntime:
         plan: Plan,
         modules: ModelModules,
         vectors: dict[str, torch.Tensor],
-        compute_signals: Callable[..., tuple[dict[str, Any], dict[str, str]]],
+        start_signals: Callable[..., tuple[dict[str, Any], dict[str, str]]],
         decide: Callable[..., dict[str, Any]],
     ):
         self.plan = plan
         self.bundle = plan.bundle_hash
         self.modules = modules
         self.vectors = vectors
-        self.compute_signals = compute_signals
+        self.start_signals = start_signals  # signals.start_signals: values may stay on the device
         self.decide = decide
         self.hook_calls: Counter[str] = Counter()
         self.live = 0  # requests running under this plan
         self.rows: list = []  # this step's rows of the requests with captures or a verdict due
         self.steer_rows: dict[int, list] = {}
         self.decided_this_step = False
+        self._step_indices: dict[tuple, torch.Tensor] = {}
         self.policies = {p.name: p for p in plan.policies}
         self.analyzers = {a.signal: a for a in plan.analyzers}
         self.steers_by_id: dict[str, list[SteerSpec]] = {}
@@ -156,6 +157,16 @@ class GuardRuntime:
         self.rows = []
         self.steer_rows = {}
         self.decided_this_step = False
+        self._step_indices = {}
+
+    def step_index(self, ranges: tuple[tuple[int, int], ...], device) -> torch.Tensor:
+        """The token rows of ``ranges`` as one index tensor on ``device``,
+        made once per step: the layers that capture the same rows share it."""
+        index = self._step_indices.get((ranges, device))
+        if index is None:
+            rows = torch.cat([torch.arange(a, b) for a, b in ranges]) if ranges else torch.empty(0, dtype=torch.long)
+            index = self._step_indices[(ranges, device)] = rows.to(device, non_blocking=True)
+        return index
 
     def prepare(self, state) -> None:
         """What ``state`` needs under this plan: its policies, the layers to

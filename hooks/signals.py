@@ -1,18 +1,37 @@
-"""Turns one request's captures into its signal values, by the plan's
+"""Turns requests' captures into their signal values, by the plan's
 analyzer specs. Each analyzer failure is recorded, never swallowed: the
-decision then follows the policy's error mode."""
+decision then follows the policy's error mode.
+
+Analyzers leave their values on the captures' device, or queue their inputs
+(``start_signals``); ``read_signals`` scores the queued ones of a step's
+decisions together and brings every value to the host in one transfer. On a
+GPU each read waits for everything queued before it, and each small kernel
+costs a launch: one batch and one read per step, not per request.
+"""
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import torch
 
 from .analyzers import attention_tracker, probe, reranker, token_probe
 from .calibration import geometry_of, query_token_attention
 
+Signals = tuple[dict[str, Any], dict[str, str]]  # (values by signal name, errors by signal name)
 
-def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str, Any], dict[str, str]]:
+
+def compute_signals(plan, analyzers, state, vectors, modules) -> Signals:
+    """One request's signal values, as python values."""
+    signals = start_signals(plan, analyzers, state, vectors, modules)
+    read_signals([signals])
+    return signals
+
+
+def start_signals(plan, analyzers, state, vectors, modules) -> Signals:
+    """One request's signal values; an analyzer that runs on the device
+    leaves a 0-dim tensor, or its inputs queued, for :func:`read_signals`."""
     geometry = geometry_of(plan)
     wanted = sorted({s for p in state.policies for s in p.signals})
     signals: dict[str, Any] = {}
@@ -37,10 +56,29 @@ def compute_signals(plan, analyzers, state, vectors, modules) -> tuple[dict[str,
                 signals[name] = _relevance(spec, state, geometry, modules)
             else:
                 raise NotImplementedError(f"the {spec.kind} analyzer does not run inside vLLM")
-            _check_finite(signals[name])
         except Exception as exc:  # recorded and acted on by the error mode
             errors[name] = f"{type(exc).__name__}: {exc}"
     return signals, errors
+
+
+def read_signals(batch: Sequence[Signals]) -> None:
+    """Replace every queued or tensor value in ``batch`` by its python
+    float, one transfer per device, then check every value. In place."""
+    _score_queued(batch)
+    pending = [(signals, name, value) for signals, _ in batch for name, value in signals.items()
+               if isinstance(value, torch.Tensor)]
+    for device in {value.device for _, _, value in pending}:
+        on_device = [(signals, name, value) for signals, name, value in pending if value.device == device]
+        host = torch.stack([value.reshape(()).double() for _, _, value in on_device]).tolist()
+        for (signals, name, _), value in zip(on_device, host):
+            signals[name] = value
+    for signals, errors in batch:
+        for name in list(signals):
+            try:
+                _check_finite(signals[name])
+            except Exception as exc:
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                del signals[name]
 
 
 def _check_finite(value: Any) -> None:
@@ -57,8 +95,19 @@ def _spans(state, policy: str, role: str) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in spans]
 
 
-def _focus(spec, state, geometry, modules) -> float:
-    heads = [(int(layer), int(head)) for layer, head in spec.params["heads"]]
+@dataclass(frozen=True)
+class _Focus:
+    """An attention tracker's value, queued: the step's requests that share
+    its heads are scored together in :func:`read_signals`."""
+
+    inputs: attention_tracker.FocusInputs
+    heads: tuple[tuple[int, int], ...]
+    geometry: Any
+    scale: float
+
+
+def _focus(spec, state, geometry, modules) -> _Focus:
+    heads = tuple((int(layer), int(head)) for layer, head in spec.params["heads"])
     layers = sorted({layer for layer, _ in heads})
     q_last = {layer: state.captures.q_last[layer] for layer in layers}
     k_all = {layer: state.captures.keys(layer) for layer in layers}
@@ -68,16 +117,34 @@ def _focus(spec, state, geometry, modules) -> float:
                 f"captured K of {k_all[layer].shape[0]} prompt tokens at layer {layer}, expected "
                 f"{state.num_prompt_tokens} (prefix-cache hit on a guarded request?)"
             )
-    scale = modules.attention_scale(layers[0])
-    return attention_tracker.focus_score(
+    inputs = attention_tracker.focus_inputs(
         q_last,
         k_all,
         heads,
         _spans(state, spec.params["policy"], "instruction"),
         _spans(state, spec.params["policy"], "data"),
         geometry,
-        scale,
     )
+    return _Focus(inputs, heads, geometry, float(modules.attention_scale(layers[0])))
+
+
+def _score_queued(batch: Sequence[Signals]) -> None:
+    """Each queued attention tracker's value, as a 0-dim tensor: one batched
+    computation per set of heads. A failure fails those requests' signal."""
+    groups: dict[tuple, list[tuple[dict, dict, str]]] = {}
+    for signals, errors in batch:
+        for name, value in signals.items():
+            if isinstance(value, _Focus):
+                groups.setdefault((value.heads, value.geometry, value.scale), []).append((signals, errors, name))
+    for (heads, geometry, scale), members in groups.items():
+        try:
+            ratios = attention_tracker.head_focus_batch([m[0][m[2]].inputs for m in members], heads, geometry, scale)
+            for (signals, _, name), value in zip(members, ratios.mean(dim=1)):
+                signals[name] = value
+        except Exception as exc:
+            for signals, errors, name in members:
+                del signals[name]
+                errors[name] = f"{type(exc).__name__}: {exc}"
 
 
 def _probe(spec, state, vectors) -> float:
@@ -85,8 +152,8 @@ def _probe(spec, state, vectors) -> float:
     residual = state.captures.residual_last[int(params["layer"])]
     vector = vectors[params["vector"]]
     if params.get("score", "cosine") == "cosine":
-        return probe.concept_cosine(residual, vector)
-    return probe.logistic_probability(residual, vector, float(params.get("bias") or 0.0))
+        return probe.concept_cosine_tensor(residual, vector)
+    return probe.logistic_probability_tensor(residual, vector, float(params.get("bias") or 0.0))
 
 
 def _token_probe(spec, state) -> float:
@@ -104,7 +171,7 @@ def _token_probe(spec, state) -> float:
     if not positions or positions[-1] >= scores.shape[0]:
         raise ValueError(f"the {params.get('span', 'untrusted')} span is empty or outside the {scores.shape[0]} prompt tokens")
     span_scores = scores[torch.tensor(positions, device=scores.device)] + float(params.get("bias") or 0.0)
-    return token_probe.window_max(span_scores, int(params.get("window", 12)))
+    return token_probe.window_max_tensor(span_scores, int(params.get("window", 12)))
 
 
 def _relevance(spec, state, geometry, modules) -> list[float]:

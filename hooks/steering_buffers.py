@@ -33,6 +33,7 @@ class SteeringBuffers:
         self.which = torch.zeros(num_layers, max_tokens, dtype=torch.int64, device=device)
         self._host = np.zeros((num_layers, max_tokens), dtype=np.int64)
         self._dirty = 0  # rows of ``which`` that may be non-zero on the device
+        self._sent = np.zeros((num_layers, 0), dtype=np.int64)  # what the last copy put in ``which[:, :span]``
         self._free = [list(range(SLOTS_PER_LAYER - 1, 0, -1)) for _ in range(num_layers)]
         self.active: set[int] = set()  # layers with steered rows in this step
 
@@ -56,25 +57,27 @@ class SteeringBuffers:
         self._free[layer].append(slot)
 
     # -- one step ------------------------------------------------------------------
-    def set_rows(self, rows: dict[int, list[tuple[int, int, int]]]) -> None:
-        """This step's steered rows: ``{layer: [(start, end, slot), ...]}``."""
+    def set_rows(self, rows: dict[int, list[tuple[np.ndarray, int]]]) -> None:
+        """This step's steered rows: ``{layer: [(token rows, slot), ...]}``."""
         host = self._host
-        end = max((b for entries in rows.values() for _, b, _ in entries), default=0)
+        end = max((int(r.max()) + 1 for entries in rows.values() for r, _ in entries if r.size), default=0)
         if end > self.max_tokens:
             raise RuntimeError(f"{end} token rows in one step; the steering buffers hold {self.max_tokens}")
         span = max(end, self._dirty)
+        self.active = {layer for layer, entries in rows.items() if any(r.size for r, _ in entries)}
         if span == 0:
-            self.active = set()
             return
         host[:, :span] = 0
         for layer, entries in rows.items():
-            for a, b, slot in entries:
-                host[layer, a:b] = slot
+            for token_rows, slot in entries:
+                host[layer, token_rows] = slot
+        self._dirty = end
+        if span <= self._sent.shape[1] and np.array_equal(self._sent[:, :span], host[:, :span]):
+            return  # the device already holds these rows (steady decoding)
         # A fresh host tensor: its copy may still be in flight when the next
         # step writes ``_host`` (no wait on the device here).
         self.which[:, :span].copy_(torch.from_numpy(host[:, :span].copy()), non_blocking=True)
-        self._dirty = end
-        self.active = {layer for layer, entries in rows.items() if entries}
+        self._sent = host[:, :span].copy()
 
     def apply(self, layer: int, hidden: torch.Tensor) -> None:
         """The layer point's share: launched on every call while a CUDA graph

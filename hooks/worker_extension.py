@@ -19,7 +19,7 @@ from .modules import ModelModules
 from .record import RecordMixin
 from .runner_view import reader_for, watch_steps
 from .runtime import GuardRuntime
-from .signals import compute_signals
+from .signals import start_signals
 from .vectors import load_vectors
 from .verdicts import SCHEDULER
 
@@ -104,7 +104,7 @@ class InnerguardWorkerExtension(RecordMixin):
         modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner))
         vectors = load_vectors(plan, plan.model.hidden_size, next(model.parameters()).device)
         lifecycle = self._innerguard()
-        runtime = GuardRuntime(plan, modules, vectors, compute_signals, decide).install(lifecycle)
+        runtime = GuardRuntime(plan, modules, vectors, start_signals, decide).install(lifecycle)
         lifecycle.attach()
         lifecycle.stage(runtime)
         return {

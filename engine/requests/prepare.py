@@ -6,9 +6,11 @@ prepare through here. A bad request becomes a ``PreparedRequest`` with an
 from __future__ import annotations
 
 import uuid
+from typing import Sequence
 
 from ..errors import InnerguardError
 from ..plan import Plan
+from ..spans import chat_spans_many
 from .model import GuardRequest, PreparedRequest
 from .rerank import calibration, rerank_spans
 from .selection import select_policies
@@ -16,13 +18,24 @@ from .spans import policy_ranges, render
 from .text_signals import text_signals
 
 
-def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False) -> PreparedRequest:
+def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False,
+            chat=None) -> PreparedRequest:
     """``share_prefix_cache``: the workers read K of cached prompt positions
-    back from vLLM's KV cache (install info ``reads_kv_cache``)."""
+    back from vLLM's KV cache (install info ``reads_kv_cache``). ``chat``:
+    the request's messages already resolved (see ``prepare_many``)."""
     try:
-        return _prepare(plan, request, tokenizer, share_prefix_cache)
+        return _prepare(plan, request, tokenizer, share_prefix_cache, chat)
     except InnerguardError as exc:
         return PreparedRequest(request=request, error=str(exc), bundle_hash=plan.bundle_hash)
+
+
+def prepare_many(plan: Plan, requests: Sequence[GuardRequest], tokenizer, *,
+                 share_prefix_cache: bool = False) -> list[PreparedRequest]:
+    """``prepare`` for a batch: every chat request's template is tokenized in
+    one tokenizer call (on all cores), not one call per request."""
+    chats = iter(chat_spans_many(tokenizer, [r.messages for r in requests if r.messages is not None]))
+    return [prepare(plan, r, tokenizer, share_prefix_cache=share_prefix_cache,
+                    chat=next(chats) if r.messages is not None else None) for r in requests]
 
 
 def cache_salt(policies, rerank: bool, share_prefix_cache: bool, token_signals: frozenset[str] = frozenset()) -> str | None:
@@ -46,9 +59,9 @@ def cache_salt(policies, rerank: bool, share_prefix_cache: bool, token_signals: 
     return None
 
 
-def _prepare(plan: Plan, request: GuardRequest, tokenizer, share_prefix_cache: bool) -> PreparedRequest:
+def _prepare(plan: Plan, request: GuardRequest, tokenizer, share_prefix_cache: bool, chat=None) -> PreparedRequest:
     policies = select_policies(plan, request)
-    rendering = render(tokenizer, request, policies)
+    rendering = render(tokenizer, request, policies, chat)
     if not policies:
         return PreparedRequest(request=request, prompt_token_ids=rendering.input_ids, bundle_hash=plan.bundle_hash)
     ranges = {p.name: policy_ranges(rendering, p.spans) for p in policies}

@@ -48,10 +48,14 @@ class Rendering:
         return self.base.input_ids
 
 
-def render(tokenizer: Any, request: GuardRequest, policies: Sequence[PolicyProgram]) -> Rendering:
+def render(tokenizer: Any, request: GuardRequest, policies: Sequence[PolicyProgram],
+           chat: span_lib.PromptSpans | span_lib.SpanError | None = None) -> Rendering:
+    """``chat``: the request's messages already resolved (``chat_spans_many``)."""
     try:
+        if isinstance(chat, span_lib.SpanError):
+            raise chat
         if request.messages is not None:
-            return Rendering(span_lib.chat_spans(tokenizer, request.messages))
+            return Rendering(chat or span_lib.chat_spans(tokenizer, request.messages))
         if not isinstance(request.prompt, str):
             raise RequestError("'prompt' must be a string")
         pairs = marker_pairs(policies)

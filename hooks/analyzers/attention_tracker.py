@@ -16,12 +16,112 @@ left out of both sums, so attention sinks do not dilute the ratio.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
 
 from .attention import Geometry, check_width, kv_heads_of
 from .spans import Spans, span_mask
+
+
+MAX_BATCH_TOKENS = 32768  # prompts × padded length per gather: bounds the float32 copy of K
+
+
+@dataclass(frozen=True)
+class FocusInputs:
+    """One prompt's captures and spans, checked (:func:`focus_inputs`)."""
+
+    q_last: Mapping[int, torch.Tensor]  # layer -> post-RoPE Q of the last prompt token [H*d]
+    k: Mapping[int, torch.Tensor]  # layer -> post-RoPE K of all prompt tokens [T, H_kv*d]
+    masks: torch.Tensor  # host [T, 2]: (instruction, data) per token
+    length: int
+
+
+def focus_inputs(
+    q_last_by_layer: Mapping[int, torch.Tensor],
+    k_by_layer: Mapping[int, torch.Tensor],
+    heads: Sequence[tuple[int, int]],
+    instruction: Spans,
+    data: Spans,
+    geometry: Geometry,
+) -> FocusInputs:
+    """Check one prompt's inputs on host values only: on a GPU a check that
+    read a device value would wait for the whole queue."""
+    if not heads:
+        raise ValueError("no heads chosen")
+    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    layers = sorted({layer for layer, _ in heads})
+    for layer, head in heads:
+        if not 0 <= head < h:
+            raise ValueError(f"head index out of range 0..{h - 1}: {head} (layer {layer})")
+    length = k_by_layer[layers[0]].shape[0]
+    for layer in layers:
+        check_width(f"K of layer {layer}", k_by_layer[layer], h_kv, d, rows=length)
+        check_width(f"Q of layer {layer}", q_last_by_layer[layer].reshape(1, -1), h, d, rows=1)
+    inst = span_mask(instruction, length)
+    dat = span_mask(data, length)
+    if not inst.any() or not dat.any():
+        raise ValueError("the instruction and the data spans must each cover at least one token")
+    if (inst & dat).any():
+        raise ValueError("the instruction and the data spans overlap")
+    return FocusInputs({l: q_last_by_layer[l] for l in layers}, {l: k_by_layer[l] for l in layers},
+                       torch.stack([inst, dat], dim=1), length)
+
+
+def head_focus_batch(items: Sequence[FocusInputs], heads: Sequence[tuple[int, int]], geometry: Geometry,
+                     scale: float) -> torch.Tensor:
+    """Per prompt and head, the ratio a_inst / (a_inst + a_data): float32
+    ``[len(items), len(heads)]`` on the captures' device.
+
+    Every head of every layer of every prompt in a few batched tensor ops
+    (prompts padded to the longest; padding gets no attention), so a step
+    that decides many requests launches a few kernels, not a few per request.
+    """
+    out = [_head_focus(group, heads, geometry, scale) for group in _token_bounded(items)]
+    return torch.cat(out) if len(out) > 1 else out[0]
+
+
+def _token_bounded(items: Sequence[FocusInputs]):
+    """Consecutive groups of ``items`` (in order) of at most MAX_BATCH_TOKENS padded tokens."""
+    group, longest = [], 0
+    for item in items:
+        if group and (len(group) + 1) * max(longest, item.length) > MAX_BATCH_TOKENS:
+            yield group
+            group, longest = [], 0
+        group.append(item)
+        longest = max(longest, item.length)
+    if group:
+        yield group
+
+
+def _head_focus(items, heads, geometry: Geometry, scale: float) -> torch.Tensor:
+    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    layers = sorted({layer for layer, _ in heads})
+    row = {layer: i for i, layer in enumerate(layers)}
+    first = items[0].k[layers[0]]
+    device, n, longest = first.device, len(items), max(it.length for it in items)
+    at_layer = torch.tensor([row[layer] for layer, _ in heads], device=device)
+    head = torch.tensor([hd for _, hd in heads], device=device)
+    kv_head = kv_heads_of(head, geometry)
+    # [n, L, H, d] and [n, T, L, H_kv, d], zero-padded past each prompt.
+    q = torch.stack([it.q_last[layer].reshape(h, d) for it in items for layer in layers]).view(n, len(layers), h, d)
+    k = torch.nn.utils.rnn.pad_sequence(
+        [torch.stack([it.k[layer] for layer in layers], dim=1) for it in items], batch_first=True
+    ).view(n, longest, len(layers), h_kv, d)
+    masks = torch.zeros(n, longest, 2)
+    for i, it in enumerate(items):
+        masks[i, : it.length] = it.masks.float()
+    lengths = torch.tensor([it.length for it in items])
+    padded = (torch.arange(longest).unsqueeze(0) >= lengths.unsqueeze(1)).to(device)  # [n, T]
+    # Upcast: bf16 logits lose the small weights that attention ratios sum.
+    q_sel = q[:, at_layer, head].float()  # [n, heads, d]
+    k_sel = k[:, :, at_layer, kv_head].float()  # [n, T, heads, d]
+    # The last prompt token sees every prompt token: no causal mask.
+    logits = torch.einsum("nhd,nthd->nht", q_sel, k_sel) * scale
+    weights = torch.softmax(logits.masked_fill(padded.unsqueeze(1), float("-inf")), dim=-1)
+    mass = weights @ masks.to(device)  # [n, heads, 2]: (a_inst, a_data)
+    return mass[..., 0] / (mass[..., 0] + mass[..., 1]).clamp_min(torch.finfo(torch.float32).tiny)
 
 
 def head_focus(
@@ -39,42 +139,9 @@ def head_focus(
     q_last_by_layer: layer -> post-RoPE Q of the last prompt token ``[H*d]``.
     k_by_layer: layer -> post-RoPE K of all prompt tokens ``[T, H_kv*d]``.
     heads: (layer, query head) pairs.
-
-    All heads of all layers in one batch of tensor work, and every check on
-    host values: on a GPU this runs at the decision of every request, and a
-    check that read a device value would wait for the whole queue.
     """
-    if not heads:
-        raise ValueError("no heads chosen")
-    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
-    layers = sorted({layer for layer, _ in heads})
-    for layer, head in heads:
-        if not 0 <= head < h:
-            raise ValueError(f"head index out of range 0..{h - 1}: {head} (layer {layer})")
-    first_k = k_by_layer[layers[0]]
-    length, device = first_k.shape[0], first_k.device
-    for layer in layers:
-        check_width(f"K of layer {layer}", k_by_layer[layer], h_kv, d, rows=length)
-        check_width(f"Q of layer {layer}", q_last_by_layer[layer].reshape(1, -1), h, d, rows=1)
-    inst = span_mask(instruction, length)  # on the host: checked here, moved once
-    dat = span_mask(data, length)
-    if not inst.any() or not dat.any():
-        raise ValueError("the instruction and the data spans must each cover at least one token")
-    if (inst & dat).any():
-        raise ValueError("the instruction and the data spans overlap")
-    masks = torch.stack([inst, dat], dim=1).float().to(device)  # [T, 2]
-
-    row = {layer: i for i, layer in enumerate(layers)}
-    index = torch.tensor([[row[layer], head, kv_heads_of(head, geometry)] for layer, head in heads]).to(device)
-    # Upcast: bf16 logits lose the small weights that attention ratios sum.
-    q = torch.stack([q_last_by_layer[layer].reshape(h, d) for layer in layers]).float()  # [L, H, d]
-    k = torch.stack([k_by_layer[layer].reshape(length, h_kv, d) for layer in layers]).float()  # [L, T, H_kv, d]
-    q_sel = q[index[:, 0], index[:, 1]]  # [n, d]
-    k_sel = k.permute(0, 2, 1, 3)[index[:, 0], index[:, 2]]  # [n, T, d]
-    # The last prompt token sees every prompt token: no causal mask.
-    weights = torch.softmax(torch.einsum("nd,ntd->nt", q_sel, k_sel) * scale, dim=-1)
-    mass = weights @ masks  # [n, 2]: (a_inst, a_data)
-    return mass[:, 0] / (mass[:, 0] + mass[:, 1]).clamp_min(torch.finfo(torch.float32).tiny)
+    inputs = focus_inputs(q_last_by_layer, k_by_layer, heads, instruction, data, geometry)
+    return head_focus_batch([inputs], heads, geometry, scale)[0]
 
 
 def focus_score(
@@ -88,3 +155,4 @@ def focus_score(
 ) -> float:
     """Mean over ``heads`` of :func:`head_focus`; a python float in [0, 1]."""
     return float(head_focus(q_last_by_layer, k_by_layer, heads, instruction, data, geometry, scale).mean())
+

@@ -22,15 +22,26 @@ def _row(x: torch.Tensor, name: str) -> torch.Tensor:
 
 def concept_cosine(residual: torch.Tensor, vector: torch.Tensor) -> float:
     """cos(residual, vector) in [-1, 1]. residual: ``[hidden]`` (hidden + residual)."""
+    return float(concept_cosine_tensor(residual, vector))
+
+
+def concept_cosine_tensor(residual: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
+    """:func:`concept_cosine` as a 0-dim tensor on ``residual``'s device (no host read)."""
     x, v = _row(residual, "residual"), _row(vector, "vector").to(residual.device)
     if x.shape != v.shape:
         raise ValueError(f"residual has {x.shape[0]} features, the concept vector {v.shape[0]}")
-    return float(torch.nn.functional.cosine_similarity(x, v, dim=0, eps=1e-12))
+    return torch.nn.functional.cosine_similarity(x, v, dim=0, eps=1e-12)
 
 
 def logistic_probability(residual: torch.Tensor, weight: torch.Tensor, bias: float | torch.Tensor = 0.0) -> float:
     """sigmoid(weight · residual + bias) in [0, 1]. residual: ``[hidden]`` (hidden + residual)."""
+    return float(logistic_probability_tensor(residual, weight, bias))
+
+
+def logistic_probability_tensor(residual: torch.Tensor, weight: torch.Tensor,
+                                bias: float | torch.Tensor = 0.0) -> torch.Tensor:
+    """:func:`logistic_probability` as a 0-dim tensor on ``residual``'s device (no host read)."""
     x, w = _row(residual, "residual"), _row(weight, "weight").to(residual.device)
     if x.shape != w.shape:
         raise ValueError(f"residual has {x.shape[0]} features, the probe weight {w.shape[0]}")
-    return float(torch.sigmoid(x @ w + torch.as_tensor(bias, dtype=torch.float32, device=x.device).reshape(())))
+    return torch.sigmoid(x @ w + torch.as_tensor(bias, dtype=torch.float32, device=x.device).reshape(()))

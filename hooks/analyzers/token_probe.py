@@ -20,12 +20,17 @@ import torch
 def window_max(scores: torch.Tensor, window: int) -> float:
     """The largest mean over ``window`` consecutive entries of ``scores``
     (1-D), or the mean of all of them when there are fewer."""
+    return float(window_max_tensor(scores, window))
+
+
+def window_max_tensor(scores: torch.Tensor, window: int) -> torch.Tensor:
+    """:func:`window_max` as a 0-dim float64 tensor on ``scores``' device (no host read)."""
     if scores.dim() != 1 or scores.numel() == 0:
         raise ValueError(f"token scores must be a non-empty 1-D tensor; got {tuple(scores.shape)}")
     if window < 1:
         raise ValueError(f"window must be at least 1; got {window}")
     s = scores.double()
     if s.numel() <= window:
-        return float(s.mean())
+        return s.mean()
     sums = torch.cumsum(torch.cat([s.new_zeros(1), s]), 0)
-    return float(((sums[window:] - sums[:-window]) / window).max())
+    return ((sums[window:] - sums[:-window]) / window).max()

@@ -61,3 +61,21 @@ def test_empty_or_overlapping_spans_are_rejected():
         focus_score({0: Q_LAST}, {0: K}, [(0, 0)], [(1, 3)], [(2, 5)], GEOMETRY, 1.0)
     with pytest.raises(ValueError, match="no heads"):
         focus_score({0: Q_LAST}, {0: K}, [], INSTRUCTION, DATA, GEOMETRY, 1.0)
+
+
+def test_a_batch_of_prompts_of_different_lengths_scores_each_as_alone(monkeypatch):
+    from innerguard.hooks.analyzers import attention_tracker
+
+    geometry = HeadGeometry(num_heads=4, num_kv_heads=2, head_dim=8)
+    heads = [(0, 1), (0, 3), (2, 0), (2, 2)]
+    gen = torch.Generator().manual_seed(0)
+    prompts = []
+    for length in (9, 30, 17):  # the shorter ones are padded to 30 in the batch
+        q = {layer: torch.randn(32, generator=gen) for layer in (0, 2)}
+        k = {layer: torch.randn(length, 16, generator=gen) for layer in (0, 2)}
+        prompts.append((q, k, [(1, 4)], [(5, length - 1)]))
+    alone = torch.stack([head_focus(q, k, heads, i, d, geometry, 0.35) for q, k, i, d in prompts])
+    inputs = [attention_tracker.focus_inputs(q, k, heads, i, d, geometry) for q, k, i, d in prompts]
+    assert torch.allclose(attention_tracker.head_focus_batch(inputs, heads, geometry, 0.35), alone, atol=1e-6)
+    monkeypatch.setattr(attention_tracker, "MAX_BATCH_TOKENS", 40)  # three groups, same answer, same order
+    assert torch.allclose(attention_tracker.head_focus_batch(inputs, heads, geometry, 0.35), alone, atol=1e-6)

@@ -45,7 +45,7 @@ def test_model_runner_v2_sees_a_non_uniform_batch_when_points_are_needed():
 
 
 def _state(decided=True, steers=()):
-    return SimpleNamespace(decided=decided, steers=list(steers))
+    return SimpleNamespace(decided=decided, steers=list(steers), steady=None)
 
 
 def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_graph():
@@ -54,8 +54,9 @@ def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_gr
     add = ActiveSteer(SimpleNamespace(method="add"), "p")
     project = ActiveSteer(SimpleNamespace(method="project"), "p")
     lifecycle.states = {"plain": None, "decoding": _state(steers=[add]), "deciding": _state(decided=False),
-                        "projecting": _state(steers=[project])}
-    assert not lifecycle._needs_points({"plain", "decoding"})
+                        "projecting": _state(steers=[project]),
+                        "steady": SimpleNamespace(decided=True, steers=[add], steady=((3, 1),))}
+    assert not lifecycle._needs_points({"plain", "decoding", "steady"})
     assert lifecycle._needs_points({"decoding", "deciding"})  # its prompt is being captured
     assert lifecycle._needs_points({"decoding", "projecting"})  # a project steer reads the stream in Python
     assert lifecycle._needs_points({"decoding", "never-seen"})  # new: its prompt may need capture
