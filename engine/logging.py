@@ -15,6 +15,17 @@ import structlog
 _configured = False
 
 
+class _CurrentStderr:
+    """``sys.stderr`` as it is when a line is written, not when logging was
+    configured: a test runner or a daemon may swap it (and close the old one)."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(fmt: str | None = None, level: str | None = None) -> None:
     global _configured
     fmt = fmt or os.environ.get("INNERGUARD_LOG_FORMAT", "console")
@@ -35,7 +46,7 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             getattr(logging, level_name, logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_CurrentStderr()),
         cache_logger_on_first_use=False,
     )
     _configured = True

@@ -1,10 +1,13 @@
 #!/usr/bin/env python
 """Build the prompt-injection data set in data/injection/ (fit.jsonl, dev.jsonl).
 
-Rows: ``{"id", "instruction", "data", "label", "style", "source", "carrier", "placement", "group"}``;
+Rows: ``{"id", "instruction", "data", "label", "style", "source", "carrier", "placement", "group", "inserted"}``;
 ``instruction`` is the trusted task (the system message), ``data`` the
 untrusted text (the user message), ``label`` 1 when the data carries an
-instruction aimed at the model.
+instruction aimed at the model, ``inserted`` the [start, end) character
+offsets in ``data`` of the inserted block (the attack, or the benign note or
+trap, in the carrier's format; the whole data for corpus rows; null when
+nothing was inserted): what a token-level probe is fitted on.
 
 Texts come from three places (provenance and licences: data/injection/README.md):
 - scripts/injection_texts.py, written for innerguard: carriers in ten styles,
@@ -209,19 +212,29 @@ def _key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
-def insert(blocks: list[str], text: str, rng: random.Random) -> tuple[list[str], str]:
+def insert(blocks: list[str], text: str, rng: random.Random) -> tuple[list[str], str, int]:
+    """(blocks, placement, index of the inserted block)."""
     where = rng.choices(["end", "middle", "start"], weights=[5, 4, 1])[0]
     if where == "end" or len(blocks) < 2:
-        return blocks + [text], "end" if where != "start" else "start"
+        return blocks + [text], "end" if where != "start" else "start", len(blocks)
     if where == "start":
-        return [text] + blocks, "start"
+        return [text] + blocks, "start", 0
     at = rng.randint(1, len(blocks) - 1)
-    return blocks[:at] + [text] + blocks[at:], "middle"
+    return blocks[:at] + [text] + blocks[at:], "middle", at
+
+
+def separator(style: str) -> str:
+    return "\n\n" if style in ("email", "long_doc") else "\n"
 
 
 def join(style: str, blocks: list[str]) -> str:
-    sep = "\n\n" if style in ("email", "long_doc") else "\n"
-    return sep.join(blocks)
+    return separator(style).join(blocks)
+
+
+def span_of(style: str, blocks: list[str], at: int) -> list[int]:
+    """[start, end) character offsets of ``blocks[at]`` in ``join(style, blocks)``."""
+    start = sum(len(b) for b in blocks[:at]) + at * len(separator(style))
+    return [start, start + len(blocks[at])]
 
 
 def task(style: str, p: Pools, rng: random.Random) -> str:
@@ -232,12 +245,13 @@ def make_row(style: str, label: int, p: Pools, rng: random.Random) -> dict:
     if style == "corpus":  # stand-alone corpus texts as the user's message
         row = rng.choice(p.bastion_bad if label else p.bastion_good)
         return {"instruction": task(style, p, rng), "data": row["text"], "label": label, "style": style,
-                "source": f"bastioncorpus:{row['id']}", "carrier": "-", "placement": "whole", "group": f"bastioncorpus:{row['id']}"}
+                "source": f"bastioncorpus:{row['id']}", "carrier": "-", "placement": "whole", "group": f"bastioncorpus:{row['id']}",
+                "inserted": [0, len(row["text"])]}
     blocks, carrier_source = carrier(style, p, rng)
-    source, placement, group = "innerguard", "none", f"plain:{style}"
+    source, placement, group, at = "innerguard", "none", f"plain:{style}", None
     if label:
         text, source, group = attack(p, rng)
-        blocks, placement = insert(blocks, wrap(style, text, rng), rng)
+        blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
     elif rng.random() < 0.45:  # benign look-alike: an instruction addressed to a person
         if rng.random() < 0.8:
             note, source = rng.choice(p.notes), "innerguard:human-note"
@@ -245,9 +259,10 @@ def make_row(style: str, label: int, p: Pools, rng: random.Random) -> dict:
         else:
             row = rng.choice(p.bastion_good)
             note, source, group = row["text"], f"bastioncorpus:{row['id']}", f"bastioncorpus:{row['id']}"
-        blocks, placement = insert(blocks, wrap(style, note, rng), rng)
+        blocks, placement, at = insert(blocks, wrap(style, note, rng), rng)
     return {"instruction": task(style, p, rng), "data": join(style, blocks), "label": label, "style": style,
-            "source": source, "carrier": carrier_source, "placement": placement, "group": group}
+            "source": source, "carrier": carrier_source, "placement": placement, "group": group,
+            "inserted": None if at is None else span_of(style, blocks, at)}
 
 
 def build(pools: Pools, per_style: int, seed: int, prefix: str) -> list[dict]:

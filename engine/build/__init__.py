@@ -1,5 +1,5 @@
-"""Build the artifacts policies read (heads, steering vectors, probes) from
-data, through innerguard's own capture path inside vLLM.
+"""Build the artifacts policies read (heads, steering vectors, probes, token
+probes) from data, through innerguard's own capture path inside vLLM.
 
     from innerguard.engine.build import HeadsParams, build_heads, save
     built = build_heads(llm, HeadsParams(model="smollm2-135m-instruct"))
@@ -14,11 +14,12 @@ from .data import BuildDataError
 from .heads import HeadsParams, build_heads
 from .probe import ProbeParams, build_probe
 from .recipe import Built, Saved, save
+from .token_probe import TokenProbeParams, build_token_probe
 from .reproduce import Comparison, ReproduceError, compare, read_recipe, rebuild, reproduce
 from .vector import SweepParams, VectorParams, build_vector, sweep
 
 __all__ = [
     "BuildDataError", "Built", "Comparison", "HeadsParams", "ProbeParams", "ReproduceError", "Saved", "SweepParams",
-    "VectorParams", "build_heads", "build_probe", "build_vector", "compare", "read_recipe", "rebuild", "reproduce",
-    "save", "sweep",
+    "TokenProbeParams", "VectorParams", "build_heads", "build_probe", "build_token_probe", "build_vector", "compare",
+    "read_recipe", "rebuild", "reproduce", "save", "sweep",
 ]

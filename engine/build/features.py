@@ -10,6 +10,9 @@ path (``innerguard.engine.capture``): never through Hugging Face.
 - ``head_ratios``: every head's Attention Tracker ratio at the last prompt
   token, from captured post-RoPE Q/K, by the analyzer's own code
   (``innerguard.hooks.analyzers.head_focus``).
+- ``data_token_residuals``: the residual stream after chosen layers at every
+  token of a row's untrusted data message (what the ``token_probe``
+  analyzer reads), one row at a time.
 
 Rows go to the engine in fixed-size chunks (memory stays bounded); the
 chunking is part of the build, so two builds batch alike.
@@ -120,3 +123,22 @@ def head_ratios(target, rows: Sequence[dict], geometry: ModelGeometry, *, progre
                                        geometry, result.attention_scale[layer])
         out.append(ratios)
     return torch.stack(out)
+
+
+def data_token_residuals(target, rows: Sequence[dict], layers: Sequence[int], *, progress: bool = False,
+                         chunk: int = 16, desc: str = "data tokens"):
+    """Yield ``(row, start, states)`` per row, in order: ``start`` is the
+    prompt position of the data message's first token, ``states`` float32
+    ``[data tokens, len(layers), hidden]``. Only the data rows are kept, and
+    only one chunk is held at a time (all-token captures are large)."""
+    spec = CaptureSpec(layers=tuple(layers), mode="all_tokens")
+    for row, result in _captured(target, rows, spec, desc, chunk, progress):
+        data = [(s, e) for role, s, e in result.messages if role not in TRUSTED_ROLES + NEUTRAL_ROLES]
+        if len(data) != 1 or data[0][1] <= data[0][0]:
+            raise FeatureError(f"row {row['id']!r}: needs exactly one non-empty data (user) message; found {len(data)}")
+        start, end = data[0]
+        kept = (result.positions >= start) & (result.positions < end)
+        if int(kept.sum()) != end - start:
+            raise FeatureError(f"row {row['id']!r}: the capture lacks data tokens (capture mode all_tokens?)")
+        index = [result.layers.index(layer) for layer in layers]
+        yield row, start, result.hidden[index][:, kept].float().transpose(0, 1).contiguous()

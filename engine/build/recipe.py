@@ -4,7 +4,7 @@ artifact carries.
 
 Metadata keys written by every build (safetensors metadata is strings):
 
-    build             heads | vector | probe
+    build             heads | vector | probe | token-probe
     protocol          what the tensors are and how they were computed (words)
     parameters        the build parameters, JSON (what ``build reproduce`` re-runs)
     command           the same as an ``innerguard build`` command line
@@ -36,6 +36,7 @@ class Params:
     kind: ClassVar[str] = ""
     FLAGS: ClassVar[dict[str, str]] = {}  # field -> CLI flag
     INPUTS: ClassVar[tuple[str, ...]] = ()  # fields that name data files
+    LIST_SEP: ClassVar[str] = ":"  # how the command line writes a list (A:B ranges; layer lists use ",")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items()}
@@ -54,7 +55,7 @@ class Params:
             if value is True:
                 argv.append(flag)
             elif isinstance(value, (tuple, list)):
-                argv += [flag, ":".join(str(v) for v in value)]
+                argv += [flag, self.LIST_SEP.join(str(v) for v in value)]
             else:
                 argv += [flag, _text(value)]
         if out:

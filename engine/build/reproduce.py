@@ -24,6 +24,7 @@ from . import artifact
 from .heads import BUILTIN, PROTOCOL_FILE, HeadsParams, build_heads
 from .probe import ProbeParams, build_probe
 from .recipe import Built, Params, save
+from .token_probe import TokenProbeParams, build_token_probe
 from .vector import VectorParams, build_vector
 from .. import models
 from ..errors import InnerguardError
@@ -31,6 +32,7 @@ from ..errors import InnerguardError
 BUILDS: dict[str, tuple[type[Params], Callable[..., Built]]] = {
     "heads": (HeadsParams, build_heads),
     "probe": (ProbeParams, build_probe),
+    "token-probe": (TokenProbeParams, build_token_probe),
     "vector": (VectorParams, build_vector),
 }
 

@@ -13,6 +13,8 @@ what each build writes (safetensors, never pickles):
   vector   vector [hidden] float32, rescaled                  -> steer rule: steer: {vector: {artifact, key: vector}}
   probe    weight [hidden], bias [1], vector [hidden] float32 -> probe signal: vector: {artifact, key: weight},
                                                                  score: probability (bias read from the file)
+  token-probe  weight.L [hidden] per layer L, bias [1] float32 -> token_probe signal: weights: {artifact},
+                                                                 layers and window as built; threshold in metadata
 Every file records its recipe in its metadata: build, parameters, command, data_sha256 (sha256 of each
 input file's bytes), seed, model_fingerprint, built_at (from SOURCE_DATE_EPOCH when set), builder
 versions, content_sha256 (of the tensors) and the printed figures (report).
@@ -92,6 +94,37 @@ example (the shipped medical-topic probe):
       --out policies/artifacts/smollm2-135m-instruct.medical-concept.safetensors
 """
 
+TOKEN_PROBE_EPILOG = """\
+data (JSON lines): an instruction, the untrusted data, a label, and where the inserted sentence sits:
+  {"id": "r1", "instruction": "Summarize this email.", "data": "Hi Ana, ... Ignore the above and ...",
+   "label": 1, "inserted": [112, 187], "group": "template:0a45e1cef0", "style": "email"}
+  inserted: [start, end) character offsets into data of the attack (label 1: required; label 0: the
+  benign note, or null); group: rows sharing an attack template / corpus row stay in one CV fold
+  (plain:* rows are each their own group); style: the per-style FPR of the report.
+  data/injection/fit.jsonl (scripts/build_injection_data.py) has these fields.
+
+The residual stream after each of --layers at every token of the data (user message) is captured
+inside vLLM. The token_probe analyzer scores token t as s_t = sum_L weight.L . h_L,t + bias and a
+request as the largest mean of s_t over --window consecutive data tokens; the probe is fitted on
+window means: windows inside the attack = 1; windows of label-0 rows and windows of label-1 rows that
+do not touch the attack = 0 (at most --windows-per-row per row and class, evenly spaced). Logistic
+regression, --l2 on standardised features (LBFGS from zero, deterministic). The request score is a
+maximum over windows, so --hard-negatives N refits N times, each time adding every row's
+highest-scoring negative window.
+
+Threshold: grouped --folds-fold cross-validation on --data (folds by group, shuffled by --seed) gives
+every row an out-of-fold request score; the threshold keeps their FPR at --target-fpr. The artifact's
+probe is then fitted on every row; the threshold and the CV figures (AUROC, TPR at 1 %/5 % FPR, FPR and
+TPR at the threshold, FPR per style) are printed and stored in the metadata. Put the printed threshold in
+the policy rule (when: injected > T). Memory: every row's data tokens are kept (float32, ~7 KB a token
+at three layers of a 576-wide model: ~1.3 GB for data/injection/fit.jsonl).
+
+example (examples/prompt-injection-token-probe/):
+  innerguard build token-probe --model smollm2-135m-instruct --data data/injection/fit.jsonl \\
+      --layers 6,12,18 --window 12 --target-fpr 0.01 \\
+      --out examples/prompt-injection-token-probe/artifacts/smollm2-135m-instruct.injection-token-probe.safetensors
+"""
+
 REPRODUCE_EPILOG = """\
 Reads the recipe in ARTIFACT's metadata, finds each recorded data file (relative to the current
 folder, else to a folder above ARTIFACT) and checks its sha256, checks the model fingerprint, re-runs
@@ -107,7 +140,7 @@ values in the last bits; the report then says by how much.
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "build",
-        help="build heads, steering vectors and probes from data, inside vLLM; reproduce a built artifact",
+        help="build heads, steering vectors, probes and token probes from data, inside vLLM; reproduce a built artifact",
         description="Build the artifacts policies read, from data, with features captured inside vLLM.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
@@ -151,6 +184,21 @@ def register(subparsers) -> None:
     probe.add_argument("--out", required=True, help="the artifact to write (.safetensors)")
     probe.set_defaults(func=_probe)
 
+    tokens = _sub(builds, "token-probe", "a token-level probe on the untrusted data, pooled by its best window",
+                  TOKEN_PROBE_EPILOG)
+    tokens.add_argument("--data", required=True, help="labelled rows with 'inserted' offsets, JSON lines")
+    tokens.add_argument("--layers", default="6,12,18", help="residual stream after these layers, e.g. 6,12,18 (default)")
+    tokens.add_argument("--window", type=int, default=12, help="tokens per window (default 12)")
+    tokens.add_argument("--target-fpr", type=float, default=0.01, help="out-of-fold FPR of the threshold (default 0.01)")
+    tokens.add_argument("--folds", type=int, default=5, help="cross-validation folds for the threshold (default 5)")
+    tokens.add_argument("--windows-per-row", type=int, default=4, help="fitting windows per row and class (default 4)")
+    tokens.add_argument("--hard-negatives", type=int, default=0, help="rounds of refitting with each row's "
+                        "highest-scoring negative window added (default 0)")
+    tokens.add_argument("--l2", type=float, default=1e-2, help="L2 strength on standardised features (default 0.01)")
+    tokens.add_argument("--seed", type=int, default=0, help="shuffles the groups into folds (default 0)")
+    tokens.add_argument("--out", required=True, help="the artifact to write (.safetensors)")
+    tokens.set_defaults(func=_token_probe)
+
     again = builds.add_parser("reproduce", help="re-run the recipe an artifact records and compare the tensors",
                               description="Re-run the build recorded in an artifact's metadata and compare.",
                               formatter_class=argparse.RawDescriptionHelpFormatter, epilog=REPRODUCE_EPILOG)
@@ -193,6 +241,24 @@ def _probe(args) -> int:
                          holdout=args.holdout, l2=args.l2, seed=args.seed).resolved()
     _check_layer(args, args.layer)
     _precheck_files(params)
+    return _build(args, params)
+
+
+def _token_probe(args) -> int:
+    from innerguard.engine import models
+    from innerguard.engine.build import data as data_lib
+    from innerguard.engine.build.token_probe import TokenProbeParams, inserted_rows
+
+    try:
+        layers = tuple(int(v) for v in args.layers.replace(":", ",").split(",") if v.strip())
+    except ValueError:
+        raise InnerguardError(f"--layers {args.layers!r} is not a list of layer numbers", hint="e.g. --layers 6,12,18") from None
+    params = TokenProbeParams(model=args.model, data=args.data, layers=layers, window=args.window,
+                              target_fpr=args.target_fpr, folds=args.folds, windows_per_row=args.windows_per_row,
+                              hard_negatives=args.hard_negatives, l2=args.l2, seed=args.seed)
+    params.check(models.read_geometry(_model_dir(args)).num_layers)
+    _precheck_files(params)
+    inserted_rows(data_lib.read_jsonl(args.data, "--data"))
     return _build(args, params)
 
 

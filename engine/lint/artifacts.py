@@ -174,7 +174,8 @@ class ArtifactChecker:
     def check_metadata(self, ref: ArtifactRef, header: Header, kind: str, loc: Location) -> None:
         meta = header.metadata
         wanted = ("model_name", "num_layers", "num_heads") if kind == "heads" else ("model_name", "hidden_size", "layer")
-        missing = [k for k in wanted if k not in meta]
+        # A multi-layer artifact (a token probe) names its layers as "layers": "6,12,18".
+        missing = [k for k in wanted if k not in meta and not (k == "layer" and "layers" in meta)]
         if missing:
             self.add("IG508", f"artifact {ref.path!r} lacks metadata {', '.join(missing)} (which model is it for?)", loc)
         name = meta.get("model_name")
@@ -226,6 +227,10 @@ class ArtifactChecker:
         made_at = _int(header.metadata.get("layer"))
         if made_at is not None and layers and made_at not in layers:
             self.add("IG305", f"vector {ref.path!r} was extracted at layer {made_at}, but is used at layer {', '.join(map(str, layers))}", loc)
+        made_for = [_int(v) for v in str(header.metadata.get("layers", "")).split(",") if v.strip()]
+        if made_for and None not in made_for and layers and not set(layers) <= set(made_for):
+            self.add("IG305", f"artifact {ref.path!r} was fitted at layers {', '.join(map(str, made_for))}, but is used at "
+                              f"layer {', '.join(map(str, layers))}", loc)
 
 
 def _int(value: Any) -> int | None:

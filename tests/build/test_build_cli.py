@@ -38,7 +38,7 @@ def one_line_error(capsys, *argv: str) -> str:
 def test_help_names_every_build_and_teaches_the_recipe(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    for word in ("heads", "vector", "probe", "reproduce", "SOURCE_DATE_EPOCH", "content_sha256", "data_sha256"):
+    for word in ("heads", "vector", "probe", "token-probe", "reproduce", "SOURCE_DATE_EPOCH", "content_sha256", "data_sha256"):
         assert word in out
     code, out, _ = run(capsys, "heads", "--help")
     assert "Say W" in out and "No per-head weights" in out and "--heldout" in out
@@ -58,6 +58,10 @@ def test_help_names_every_build_and_teaches_the_recipe(capsys):
      "layer 30 outside 0..29"),
     (("probe", "--model", MODEL, "--data", str(DATA / "medical-fit.jsonl"), "--layer", "16", "--out", "p.pt"),
      "artifacts are .safetensors files"),
+    (("token-probe", "--model", MODEL, "--data", "no-such.jsonl", "--layers", "6,40", "--out", "t.safetensors"),
+     "give distinct layers in 0..29"),
+    (("token-probe", "--model", MODEL, "--data", "no-such.jsonl", "--layers", "6,x", "--out", "t.safetensors"),
+     "is not a list of layer numbers"),
 ])
 def test_user_mistakes_get_one_line(capsys, argv, message):
     assert message in one_line_error(capsys, *argv)
@@ -68,6 +72,13 @@ def test_a_bad_row_is_named(capsys, tmp_path):
     data.write_text('{"id": "a", "instruction": "x", "data": "y", "label": 1}\n{"id": "b", "instruction": "x", "data": "y", "label": 2}\n')
     line = one_line_error(capsys, "probe", "--model", MODEL, "--data", str(data), "--layer", "3", "--out", str(tmp_path / "p.safetensors"))
     assert "row 2 (id b): 'label' must be 0 or 1, got 2" in line
+
+
+def test_an_injected_row_without_its_inserted_span_is_named(capsys, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"id": "a", "instruction": "x", "data": "y", "label": 0}\n{"id": "b", "instruction": "x", "data": "y", "label": 1}\n')
+    line = one_line_error(capsys, "token-probe", "--model", MODEL, "--data", str(data), "--out", str(tmp_path / "t.safetensors"))
+    assert "row 2 (id b): label 1 needs 'inserted'" in line
 
 
 def test_reproduce_refuses_files_without_a_recipe_and_changed_data(capsys, tmp_path):

@@ -142,15 +142,17 @@ def token_probe_policy(layers: str = "[6, 12]", span: str = "untrusted", head: s
     )
 
 
-def token_weights(*layers: int, size: int = HIDDEN):
-    """A token-probe artifact with one ``weight.<layer>`` vector per layer."""
+def token_weights(*layers: int, size: int = HIDDEN, fitted_at: str | None = None):
+    """A token-probe artifact with one ``weight.<layer>`` vector per layer;
+    ``fitted_at``: its metadata names the layers as ``innerguard build`` does ("layers": "6,18")."""
     def setup(folder: Path) -> None:
         from safetensors.numpy import save_file
 
         (folder / "artifacts").mkdir(parents=True, exist_ok=True)
         tensors = {f"weight.{layer}": np.linspace(-1, 1, size, dtype=np.float32) for layer in layers}
+        where = {"layers": fitted_at} if fitted_at else {"layer": ",".join(map(str, layers))}
         save_file({**tensors, "bias": np.zeros(1, dtype=np.float32)}, str(folder / "artifacts" / "t.safetensors"),
-                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(HIDDEN), "layer": ",".join(map(str, layers))})
+                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(HIDDEN), **where})
     return setup
 
 
@@ -190,6 +192,7 @@ CASES += [
     Case("artifact-other-layer", probe_policy("artifacts/v.safetensors", layer=3), "IG305", 14, setup=vec(layer=8)),
     Case("token-probe-missing-layer-vector", token_probe_policy(), "IG506", 15, setup=token_weights(6)),
     Case("token-probe-vector-length", token_probe_policy(), "IG510", 15, setup=token_weights(6, 12, size=100)),
+    Case("token-probe-fitted-at-other-layers", token_probe_policy(), "IG305", 15, setup=token_weights(6, 12, fitted_at="6,18")),
     Case("token-probe-span-undefined", token_probe_policy(span="trusted", head=HEAD.replace("  trusted: {roles: [system]}\n", "")), "IG102", 9,
          setup=token_weights(6, 12)),
     # ---- model geometry (with --model) --------------------------------------------

@@ -1,0 +1,319 @@
+"""``build token-probe``: a linear probe on every token of the untrusted
+data, pooled by its strongest window (the ``token_probe`` analyzer).
+
+The analyzer scores token t of the data as s_t = Σ_L weight.L · h_L,t + bias
+and the request as the largest mean of s_t over ``window`` consecutive data
+tokens. Since that mean is linear, the probe is fitted on window means of
+the concatenated residuals [h_L1; h_L2; ...]:
+
+- label-1 rows: windows inside the inserted attack (``inserted`` character
+  offsets of the row; windows that cover the whole attack when it is shorter
+  than a window) are positive, windows that do not touch it are negative,
+  windows across its edge are left out;
+- label-0 rows (plain texts, human-addressed notes, benign traps): every
+  window is negative.
+
+At most ``--windows-per-row`` windows per row and class, evenly spaced, so
+that long documents do not outweigh short rows. The residuals come from
+vLLM through innerguard's capture path (``features.data_token_residuals``).
+
+The threshold is chosen on ``--data`` only: grouped K-fold cross-validation
+(rows that share a ``group``, e.g. an attack template or a corpus row, stay
+in one fold; ``plain:*`` rows are free) gives each row an out-of-fold
+request score (the window maximum, by the analyzer's own ``window_max``);
+the threshold keeps their FPR at ``--target-fpr``. The artifact's probe is
+then fitted on every row. ``--hard-negatives N`` refits N times, each time
+adding every row's highest-scoring negative window (the score is a maximum).
+
+Memory: the build keeps every row's data tokens (float32, about 7 KB a token
+at three layers of SmolLM2-135M: 1.3 GB for data/injection/fit.jsonl).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from . import data as data_lib
+from . import features, fit
+from .engine import model_dir_of
+from .recipe import Built, Params, model_metadata
+from .. import models
+from ..evaluate.metrics import auroc, threshold_for_fpr, tpr_at_fpr
+from ..spans import chat_spans, token_ranges
+from ...hooks.analyzers.token_probe import window_max
+
+
+@dataclass
+class TokenProbeParams(Params):
+    kind: ClassVar[str] = "token-probe"
+    FLAGS: ClassVar[dict[str, str]] = {
+        "model": "--model", "data": "--data", "layers": "--layers", "window": "--window", "target_fpr": "--target-fpr",
+        "folds": "--folds", "windows_per_row": "--windows-per-row", "hard_negatives": "--hard-negatives", "l2": "--l2",
+        "seed": "--seed"}
+    INPUTS: ClassVar[tuple[str, ...]] = ("data",)
+    LIST_SEP: ClassVar[str] = ","
+
+    model: str = ""
+    data: str = ""
+    layers: tuple[int, ...] = (6, 12, 18)
+    window: int = 12
+    target_fpr: float = 0.01
+    folds: int = 5
+    windows_per_row: int = 4
+    hard_negatives: int = 0  # rounds of adding each row's highest-scoring negative window
+    l2: float = 1e-2
+    seed: int = 0
+
+    def check(self, num_layers: int) -> None:
+        bad = [layer for layer in self.layers if not 0 <= layer < num_layers]
+        if not self.layers or bad or len(set(self.layers)) != len(self.layers):
+            raise data_lib.BuildDataError(f"--layers {','.join(map(str, self.layers))}: give distinct layers in "
+                                          f"0..{num_layers - 1}")
+        for flag, value, low in (("--window", self.window, 1), ("--folds", self.folds, 2),
+                                 ("--windows-per-row", self.windows_per_row, 1), ("--hard-negatives", self.hard_negatives, 0)):
+            if value < low:
+                raise data_lib.BuildDataError(f"{flag} {value}: must be at least {low}")
+        if not 0 < self.target_fpr < 1:
+            raise data_lib.BuildDataError(f"--target-fpr {self.target_fpr}: must be between 0 and 1")
+        if self.l2 < 0:
+            raise data_lib.BuildDataError(f"--l2 {self.l2}: must be at least 0")
+
+
+@dataclass
+class _Row:
+    label: int
+    group: str
+    style: str
+    tokens: torch.Tensor  # [data tokens, layers * hidden] float32
+    inserted: tuple[int, int] | None  # token range within the data
+
+
+def inserted_rows(source: data_lib.DataFile) -> list[tuple[int, int] | None]:
+    """Each row's ``inserted`` [start, end) character offsets into ``data``;
+    label-1 rows must have them."""
+    out = []
+    for i, row in enumerate(source.rows):
+        where = f"{source.path} row {i + 1} (id {row['id']})"
+        value = row.get("inserted")
+        if not isinstance(row.get("data"), str):
+            raise data_lib.BuildDataError(f"{where}: a token probe needs 'instruction' and 'data' rows")
+        if value is None:
+            if row.get("label") == 1:
+                raise data_lib.BuildDataError(f"{where}: label 1 needs 'inserted': [start, end) of the attack in 'data'",
+                                              hint="scripts/build_injection_data.py writes it")
+            out.append(None)
+            continue
+        if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)
+                and 0 <= value[0] < value[1] <= len(row["data"])):
+            raise data_lib.BuildDataError(f"{where}: 'inserted' must be [start, end) offsets into 'data'; got {value!r}")
+        out.append((value[0], value[1]))
+    return out
+
+
+def _token_span(tokenizer, messages: list[dict], chars: tuple[int, int] | None, start: int, end: int) -> tuple[int, int] | None:
+    """The inserted characters as a token range relative to the data message
+    (prompt tokens ``[start, end)``), tokenised as the engine renders it."""
+    if chars is None:
+        return None
+    spans = chat_spans(tokenizer, messages)
+    data = spans.messages[-1]
+    if (data.start, data.end) != (start, end):
+        raise features.FeatureError(f"the chat template puts the data at tokens {data.start}..{data.end}, "
+                                    f"the capture at {start}..{end}")
+    at = spans.text.rfind(messages[-1]["content"])
+    (a, b), = token_ranges(spans.offsets, [(at + chars[0], at + chars[1])])
+    return a - start, b - start
+
+
+def _starts(row: _Row, window: int) -> tuple[int, list[int], list[int]]:
+    """(window length, first tokens of the positive windows, of the negative ones)."""
+    n = len(row.tokens)
+    w = min(window, n)
+    starts = range(n - w + 1)
+    if not row.label or row.inserted is None:
+        return w, [], list(starts)
+    a, b = row.inserted
+    if b - a >= w:
+        inside = [j for j in starts if a <= j and j + w <= b]
+    else:  # a short attack: the windows that hold all of it
+        inside = [j for j in starts if j <= a and b <= j + w]
+    return w, inside, [j for j in starts if j + w <= a or j >= b]
+
+
+def _sums(row: _Row) -> torch.Tensor:
+    return torch.cumsum(torch.cat([row.tokens.new_zeros(1, row.tokens.shape[1]), row.tokens.double()]), 0)
+
+
+def _windows(row: _Row, window: int, per_row: int) -> tuple[list[torch.Tensor], list[int]]:
+    """Window means (features) and their labels, at most ``per_row`` per class."""
+    w, inside, outside = _starts(row, window)
+    sums = _sums(row)
+    chosen = [(j, 1) for j in _spread(inside, per_row)] + [(j, 0) for j in _spread(outside, per_row)]
+    return [((sums[j + w] - sums[j]) / w).float() for j, _ in chosen], [y for _, y in chosen]
+
+
+def _hardest_negative(row: _Row, window: int, weight: torch.Tensor, bias: float) -> torch.Tensor | None:
+    """The mean of the negative window the probe scores highest (None if the row has none)."""
+    w, _, outside = _starts(row, window)
+    if not outside:
+        return None
+    sums = _sums(row)
+    means = (sums[w:] - sums[:-w]) / w  # every window, by first token
+    scores = means[outside].float() @ weight + bias
+    return means[outside[int(scores.argmax())]].float()
+
+
+def _spread(items: Sequence[int], k: int) -> list[int]:
+    if len(items) <= k:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)] if k > 1 else [items[len(items) // 2]]
+
+
+def grouped_folds(groups: Sequence[str], k: int, seed: int) -> list[list[int]]:
+    """k folds, each ``group`` whole in one of them (``plain:*`` rows each on
+    their own): biggest groups first, each into the smallest fold so far."""
+    members: dict[str, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(f"row:{i}" if not group or group.startswith("plain") else group, []).append(i)
+    keys = sorted(members)
+    random.Random(seed).shuffle(keys)
+    keys.sort(key=lambda g: -len(members[g]))  # stable: shuffled among groups of one size
+    parts: list[list[int]] = [[] for _ in range(k)]
+    for key in keys:
+        min(parts, key=len).extend(members[key])
+    return [sorted(p) for p in parts]
+
+
+def _fit(rows: Sequence[_Row], params: TokenProbeParams) -> tuple[torch.Tensor, float, int, int]:
+    x, y = [], []
+    for row in rows:
+        means, labels = _windows(row, params.window, params.windows_per_row)
+        x += means
+        y += labels
+    if not 0 < sum(y) < len(y):
+        raise data_lib.BuildDataError("the fitting windows hold only one class (are there label-1 rows with 'inserted'?)")
+    weight, bias = fit.fit_logistic(torch.stack(x), torch.tensor(y, dtype=torch.float32), l2=params.l2)
+    # The request score is a maximum: each round adds every row's highest-scoring negative window.
+    for _ in range(params.hard_negatives):
+        with fit.one_thread():
+            hard = [m for m in (_hardest_negative(row, params.window, weight, bias) for row in rows) if m is not None]
+        x += hard
+        y += [0] * len(hard)
+        weight, bias = fit.fit_logistic(torch.stack(x), torch.tensor(y, dtype=torch.float32), l2=params.l2)
+    return weight, bias, sum(y), len(y) - sum(y)
+
+
+def _score(row: _Row, weight: torch.Tensor, bias: float, window: int) -> float:
+    with fit.one_thread():
+        return window_max(row.tokens @ weight + bias, window)
+
+
+def build_token_probe(target, params: TokenProbeParams, *, progress: bool = False) -> Built:
+    model_dir = model_dir_of(target)
+    geometry = models.read_geometry(model_dir)
+    params.check(geometry.num_layers)
+    source = data_lib.read_jsonl(params.data, "--data")
+    rows = captured_rows(target, source, params.layers, progress=progress)
+    fitted = fit_rows(rows, params)
+    figures = fitted.figures
+
+    hidden = geometry.hidden_size
+    tensors = {f"weight.{layer}": fitted.weight[i * hidden:(i + 1) * hidden].float().contiguous()
+               for i, layer in enumerate(params.layers)}
+    tensors["bias"] = torch.tensor([fitted.bias], dtype=torch.float32)
+    metadata = {
+        **{k: v for k, v in model_metadata(params, model_dir).items() if k != "num_heads"},
+        "layers": ",".join(map(str, params.layers)),
+        "window": str(params.window),
+        "threshold": f"{fitted.threshold:.4f}",
+        "threshold_rule": f"signal > threshold keeps the grouped {params.folds}-fold out-of-fold FPR on --data "
+                          f"at or below {params.target_fpr:g}",
+        "protocol": "token-level logistic probe: s_t = sum_L weight.L . h_L,t + bias[0] on the residual stream after "
+                    "each layer L at every data token; signal = max over windows of the data of mean s_t. Fitted on "
+                    "window means: inside the inserted attack = 1, benign rows and injected rows away from the "
+                    f"attack = 0, at most {params.windows_per_row} evenly spaced windows per row and class; "
+                    f"L2-regularised logistic regression (LBFGS, l2 {params.l2:g}) on standardised features",
+        "samples": f"{figures['rows']} rows ({sum(r.label for r in rows)} label 1); {figures['windows_positive']} "
+                   f"positive, {figures['windows_negative']} negative windows",
+    }
+    return Built(params, tensors, metadata, _report(figures, params), figures, {source.path: source.sha256})
+
+
+def captured_rows(target, source: data_lib.DataFile, layers: Sequence[int], *, progress: bool = False) -> list[_Row]:
+    """Every row's data-token residuals (inside vLLM) and its inserted span in tokens."""
+    messages, labels = data_lib.labelled(source)
+    inserted = inserted_rows(source)
+    tokenizer = target.tokenizer if hasattr(target, "tokenizer") else target.get_tokenizer()
+    rows: list[_Row] = []
+    captured = features.data_token_residuals(target, messages, layers, progress=progress, desc="data tokens")
+    for (capture_row, start, states), raw, label, chars in zip(captured, source.rows, labels, inserted):
+        span = _token_span(tokenizer, capture_row["messages"], chars, start, start + len(states))
+        rows.append(_Row(label, str(raw.get("group", "")), str(raw.get("style", "-")), states.reshape(len(states), -1), span))
+    return rows
+
+
+@dataclass
+class Fitted:
+    weight: torch.Tensor  # [layers * hidden]
+    bias: float
+    threshold: float
+    oof: list[float]  # each row's out-of-fold request score
+    figures: dict[str, Any]
+
+
+def fit_rows(rows: Sequence[_Row], params: TokenProbeParams) -> Fitted:
+    """Out-of-fold request scores choose the threshold; the probe is fitted on every row."""
+    labels = [r.label for r in rows]
+    parts = grouped_folds([r.group for r in rows], params.folds, params.seed)
+    oof = [0.0] * len(rows)
+    for part in parts:
+        held = set(part)
+        weight, bias, _, _ = _fit([r for i, r in enumerate(rows) if i not in held], params)
+        for i in part:
+            oof[i] = _score(rows[i], weight, bias, params.window)
+    weight, bias, positives, negatives = _fit(rows, params)
+    # Rounded as a policy writes it, so that the figures are those of the printed rule.
+    threshold = round(threshold_for_fpr(oof, labels, params.target_fpr), 4)
+    figures = _figures(rows, oof, labels, threshold, params)
+    figures.update({"windows_positive": positives, "windows_negative": negatives, "rows": len(rows),
+                    "data_tokens": sum(len(r.tokens) for r in rows)})
+    return Fitted(weight, bias, threshold, oof, figures)
+
+
+def _figures(rows: Sequence[_Row], oof: list[float], labels: list[int], threshold: float,
+             params: TokenProbeParams) -> dict[str, Any]:
+    blocked = [s > threshold for s in oof]
+    neg = [i for i, y in enumerate(labels) if not y]
+    pos = [i for i, y in enumerate(labels) if y]
+    styles: dict[str, list[int]] = {}
+    for i in neg:
+        styles.setdefault(rows[i].style, []).append(i)
+    return {
+        "threshold": round(threshold, 4),
+        "target_fpr": params.target_fpr,
+        "cv_folds": params.folds,
+        "cv_auroc": round(auroc(oof, labels) or float("nan"), 4),
+        "cv_fpr": round(sum(blocked[i] for i in neg) / len(neg), 4),
+        "cv_tpr": round(sum(blocked[i] for i in pos) / len(pos), 4),
+        "cv_tpr_at_1pct_fpr": round(tpr_at_fpr(oof, labels, 0.01)[0], 4),
+        "cv_tpr_at_5pct_fpr": round(tpr_at_fpr(oof, labels, 0.05)[0], 4),
+        "cv_fpr_by_style": {style: round(sum(blocked[i] for i in members) / len(members), 4)
+                            for style, members in sorted(styles.items())},
+    }
+
+
+def _report(f: dict[str, Any], params: TokenProbeParams) -> list[str]:
+    worst = sorted(f["cv_fpr_by_style"].items(), key=lambda kv: -kv[1])[:3]
+    return [
+        f"token probe at layers {','.join(map(str, params.layers))}, window {params.window}: fitted on {f['rows']} rows "
+        f"({f['data_tokens']} data tokens; {f['windows_positive']} positive, {f['windows_negative']} negative windows), "
+        f"l2 {params.l2:g}",
+        f"grouped {params.folds}-fold CV (seed {params.seed}), out-of-fold request scores: AUROC {f['cv_auroc']:.4f}; "
+        f"TPR {f['cv_tpr_at_1pct_fpr']:.3f} at 1 % FPR, {f['cv_tpr_at_5pct_fpr']:.3f} at 5 % FPR",
+        f"threshold {f['threshold']:.4f} (out-of-fold FPR <= {params.target_fpr:g}): out-of-fold FPR {f['cv_fpr']:.4f}, "
+        f"TPR {f['cv_tpr']:.4f}; highest per-style FPR " + ", ".join(f"{s} {v:.3f}" for s, v in worst),
+        f"policy rule: when: <signal> > {f['threshold']:.4f}",
+    ]

@@ -1,0 +1,104 @@
+"""build token-probe on a small cut of data/injection/fit.jsonl: the file
+holds what the token_probe analyzer reads and records its recipe and
+threshold; two builds give the same tensors (``reproduce`` says so);
+windows are labelled by the inserted span; folds keep groups whole."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from innerguard.engine.build import BuildDataError, TokenProbeParams, artifact, build_token_probe, reproduce, save
+from innerguard.engine.build.data import read_jsonl
+from innerguard.engine.build.token_probe import _Row, _windows, grouped_folds, inserted_rows
+
+from build_helpers import ROOT
+
+LAYERS = (6, 12, 18)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """24 rows: 12 injected (corpus rows, attacks at start/middle/end) and 12 benign (notes among them)."""
+    lines = (ROOT / "data" / "injection" / "fit.jsonl").read_text("utf-8").splitlines()
+    rows = [json.loads(line) for line in lines]
+    picked = [r for r in rows if r["label"] == 1][:12] + [r for r in rows if r["label"] == 0][:12]
+    path = tmp_path_factory.mktemp("token-probe-data") / "fit.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in picked), "utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def params(data, smollm2_dir):
+    return TokenProbeParams(model=str(smollm2_dir), data=str(data), layers=LAYERS, window=12, folds=3)
+
+
+@pytest.fixture(scope="module")
+def built(recording_llm, params):
+    return build_token_probe(recording_llm, params)
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_the_file_holds_what_the_analyzer_reads_and_its_recipe(built, data, tmp_path):
+    out = str(tmp_path / "probe.safetensors")
+    save(built, out)
+    tensors, meta = artifact.read(out)
+    assert set(tensors) == {"weight.6", "weight.12", "weight.18", "bias"}
+    assert all(tensors[f"weight.{layer}"].shape == (576,) and tensors[f"weight.{layer}"].dtype == torch.float32
+               for layer in LAYERS)
+    assert tensors["bias"].shape == (1,)
+    assert meta["build"] == "token-probe" and meta["layers"] == "6,12,18" and meta["window"] == "12"
+    assert f"--data {data} --layers 6,12,18 --window 12 --target-fpr 0.01 --folds 3" in meta["command"]
+    report = json.loads(meta["report"])
+    assert meta["threshold"] == f"{report['threshold']:.4f}"
+    assert report["cv_fpr"] <= 0.01 and 0.0 <= report["cv_auroc"] <= 1.0 and report["rows"] == 24
+    assert report["windows_positive"] > 0 and report["windows_negative"] > report["windows_positive"]
+    assert any(line.startswith("policy rule: when: <signal> > ") for line in built.report)
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_a_second_build_gives_the_same_tensors(built, recording_llm, tmp_path):
+    # Exact equality, not a tolerance: same batches, one-thread fits.
+    path = str(tmp_path / "probe.safetensors")
+    save(built, path)
+    result = reproduce(recording_llm, path)
+    assert result.same and [t.detail for t in result.tensors] == ["identical"] * 4
+
+
+def _row(label: int, tokens: int, inserted=None) -> _Row:
+    return _Row(label, "g", "email", torch.arange(tokens, dtype=torch.float32)[:, None].repeat(1, 2), inserted)
+
+
+def test_windows_inside_the_attack_are_positive_and_windows_away_from_it_negative():
+    means, labels = _windows(_row(1, 60, (20, 40)), window=12, per_row=100)
+    firsts = [float(m[0]) - 5.5 for m in means]  # a window's mean of 0..n is its first index + 5.5
+    assert {j for j, y in zip(firsts, labels) if y} == set(range(20, 29))
+    assert {j for j, y in zip(firsts, labels) if not y} == set(range(0, 9)) | set(range(40, 49))
+
+
+def test_a_short_attack_is_positive_in_the_windows_that_hold_all_of_it():
+    _, labels = _windows(_row(1, 30, (10, 14)), window=12, per_row=100)
+    assert labels.count(1) == 9  # first token 2..10
+
+
+def test_benign_rows_give_negative_windows_only_evenly_spaced():
+    means, labels = _windows(_row(0, 100), window=12, per_row=4)
+    assert labels == [0] * 4 and [float(m[0]) - 5.5 for m in means] == [0, 29, 59, 88]
+
+
+def test_folds_keep_a_group_whole_and_plain_rows_free():
+    groups = ["template:a"] * 5 + ["note:b"] * 3 + ["plain:email"] * 7
+    parts = grouped_folds(groups, 3, seed=0)
+    assert sorted(i for p in parts for i in p) == list(range(15))
+    assert sum(any(i < 5 for i in p) for p in parts) == 1 and sum(any(5 <= i < 8 for i in p) for p in parts) == 1
+    assert grouped_folds(groups, 3, seed=0) == parts
+
+
+def test_an_injected_row_without_its_inserted_span_is_refused(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"id": "a", "instruction": "Summarize.", "data": "Ignore that.", "label": 1}) + "\n")
+    with pytest.raises(BuildDataError, match="label 1 needs 'inserted'"):
+        inserted_rows(read_jsonl(path, "--data"))
