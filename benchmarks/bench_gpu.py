@@ -6,6 +6,8 @@ own process, on a random-weight 1.5B-shaped Llama in bfloat16.
     python benchmarks/bench_gpu.py all WORKDIR [--modes ...]      # one process per mode, JSON summary
     python benchmarks/bench_gpu.py MODE WORKDIR                   # one mode
     python benchmarks/bench_gpu.py MODE WORKDIR --profile FILE    # one round under cProfile, engine in-process
+    python benchmarks/bench_gpu.py all WORKDIR --tp 2 --compare-with TP1/summary.json
+                                                                  # tensor parallel 2, its focus vs TP=1's
 
 Workload: 256 requests, each a ~480-token document under a one-line system
 instruction (fresh text every round, so no round is served from the prefix
@@ -131,7 +133,8 @@ def rows(seed: int, n: int) -> list[dict]:
 
 
 def engine_settings() -> dict:
-    return {"dtype": "bfloat16", "gpu_memory_utilization": 0.6, "max_model_len": 2048, "seed": 0}
+    return {"dtype": "bfloat16", "gpu_memory_utilization": 0.6, "max_model_len": 2048, "seed": 0,
+            "tensor_parallel_size": int(os.environ.get("BENCH_TP", "1"))}
 
 
 def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict:
@@ -140,7 +143,8 @@ def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict
     model_dir = str(work / "llama-1.5b-random")
     params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
     started = time.perf_counter()
-    result: dict = {"mode": mode, "runner_v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER")}
+    result: dict = {"mode": mode, "runner_v2": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
+                    "tensor_parallel_size": engine_settings()["tensor_parallel_size"]}
     if mode.startswith("plain"):
         from vllm import LLM
 
@@ -175,10 +179,10 @@ def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict
             outs = g.run([{**r, "policies": ["injection", "steer"]} for r in batch], params)
             errors = [o.error for o in outs if o.error]
             actions = sorted({o.action for o in outs})
-            focus = [o.signals.get("injection.focus") for o in outs]
+            focus = {o.id: o.signals.get("injection.focus") for o in outs}
             return sum(o.num_output_tokens for o in outs), {
                 "errors": len(errors), "first_error": errors[0] if errors else None, "actions": actions,
-                "decided_with_focus": sum(f is not None for f in focus)}
+                "decided_with_focus": sum(f is not None for f in focus.values()), "focus": focus}
 
         config = g.llm.llm_engine.vllm_config
     compilation = config.compilation_config
@@ -195,6 +199,9 @@ def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict
         times.append(time.perf_counter() - t)
         checks.append(check)
         result["output_tokens"] = tokens
+        focus = check.pop("focus", None)
+        if r == 0 and focus is not None:
+            result["focus_round_0"] = focus  # same prompts at any TP size: compared by --compare-with
         print(f"[{mode}] round {r}: {times[-1]:.2f} s, {tokens} tokens {check}", flush=True)
     result["seconds"] = [round(x, 3) for x in times]
     result["median_s"] = round(statistics.median(times), 3)
@@ -224,7 +231,19 @@ def _profiled(generate, path: Path, result: dict) -> dict:
     return result
 
 
-def run_all(work: Path, modes: list[str], rounds: int, timeout: float, out: Path) -> dict:
+def focus_agreement(ours: dict, theirs: dict) -> dict:
+    """The focus of the same requests in two runs (e.g. TP=2 vs TP=1): the
+    largest difference, and how many would be decided differently by a
+    threshold at each decile of ``theirs``."""
+    ids = sorted(set(ours) & set(theirs))
+    a = [theirs[i] for i in ids]
+    b = [ours[i] for i in ids]
+    cuts = sorted(a)[len(a) // 10:: max(1, len(a) // 10)][:9]
+    return {"requests": len(ids), "max_abs_diff": max(abs(x - y) for x, y in zip(a, b)),
+            "decided_differently_at_deciles": {round(t, 6): sum((x < t) != (y < t) for x, y in zip(a, b)) for t in cuts}}
+
+
+def run_all(work: Path, modes: list[str], rounds: int, timeout: float, out: Path, compare_with: Path | None = None) -> dict:
     summary: dict = {"runs": {}}
     for mode in modes:
         t0 = time.time()
@@ -239,6 +258,12 @@ def run_all(work: Path, modes: list[str], rounds: int, timeout: float, out: Path
     base = summary["runs"].get("plain-default", {}).get("out_tok_s")
     if base:
         summary["vs_plain_default"] = {m: round(r["out_tok_s"] / base, 4) for m, r in summary["runs"].items() if r.get("out_tok_s")}
+    if compare_with is not None:
+        theirs = json.loads(compare_with.read_text())["runs"]
+        summary["focus_vs"] = {"other": str(compare_with), **{
+            m: focus_agreement(r["focus_round_0"], theirs[m]["focus_round_0"])
+            for m, r in summary["runs"].items() if "focus_round_0" in r and "focus_round_0" in theirs.get(m, {})}}
+        print("FOCUS " + json.dumps(summary["focus_vs"]), flush=True)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print("SUMMARY " + json.dumps(summary.get("vs_plain_default")), flush=True)
     return summary
@@ -255,12 +280,15 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=420, help="for all: seconds per mode")
     parser.add_argument("--profile", type=Path, help="for one mode: write a cProfile summary of one round here")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")), help="for all: logs and summary.json")
+    parser.add_argument("--tp", type=int, default=int(os.environ.get("BENCH_TP", "1")), help="tensor_parallel_size of every engine")
+    parser.add_argument("--compare-with", type=Path, help="for all: another run's summary.json; compares the guarded focus values")
     args = parser.parse_args()
+    os.environ["BENCH_TP"] = str(args.tp)  # the per-mode processes inherit it
     if args.mode == "make":
         make(args.workdir, args.tokenizer)
     elif args.mode == "all":
         args.out.mkdir(parents=True, exist_ok=True)
-        run_all(args.workdir, args.modes, args.rounds, args.timeout, args.out)
+        run_all(args.workdir, args.modes, args.rounds, args.timeout, args.out, args.compare_with)
     else:
         if args.profile is not None:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -18,6 +18,8 @@ from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan, encode_request_args
 
+from . import canary
+
 log = get_logger(__name__)
 
 EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
@@ -119,7 +121,8 @@ def _probe_params(key: str):
     return SamplingParams(max_tokens=4, ignore_eos=True, temperature=0.0, extra_args=encode_request_args(args))
 
 
-def _self_check_failure(info: dict[str, Any], calls: dict[str, int], probe_tokens: int) -> str | None:
+def _self_check_failure(info: dict[str, Any], calls: dict[str, int], probe_tokens: int, plan: Plan, twins,
+                        results: dict[str, dict[str, Any]]) -> str | None:
     silent = [p for p in info["hook_points"] if not calls.get(p)]
     if silent:
         return (
@@ -131,7 +134,8 @@ def _self_check_failure(info: dict[str, Any], calls: dict[str, int], probe_token
             f"self-check failed: a blocked request went on to {probe_tokens} tokens "
             f"(is scheduler_cls={SCHEDULER} active?)"
         )
-    return None
+    wrong = canary.failure(plan, twins, results) if twins else None
+    return f"self-check failed: {wrong}" if wrong else None
 
 
 def _install_error(exc: Exception) -> EngineStartError:
@@ -146,8 +150,9 @@ def _self_check_error(message: str) -> EngineStartError:
 def install_plan(llm, plan: Plan) -> dict[str, Any]:
     """Install ``plan`` in the workers of a ``vllm.LLM`` started with
     ``guarded_engine_kwargs``, then prove it works before it serves: one tiny
-    forward must reach every hook point, and a blocked probe must end after
-    one token. On any failure the previous plan keeps serving."""
+    forward must reach every hook point, a blocked probe must end after one
+    token, and the canary twins (canary.py) must be decided alike and whole.
+    On any failure the previous plan keeps serving."""
     from vllm import SamplingParams
 
     try:
@@ -158,14 +163,15 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
     try:
         llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
         key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
+        twins = canary.requests(plan, llm.get_tokenizer())
         outs = llm.generate(
-            [{"prompt_token_ids": _PROBE_TOKENS}] * 2,
-            [SamplingParams(max_tokens=1), _probe_params(key)],
+            [{"prompt_token_ids": _PROBE_TOKENS}] * 2 + [{"prompt_token_ids": canary.DECOY_TOKENS}] + [_prompt(t) for t in twins],
+            [SamplingParams(max_tokens=1), _probe_params(key), SamplingParams(max_tokens=1)] + [_canary_params(t) for t in twins],
             use_tqdm=False,
         )
         calls = llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})[0]
-        llm.collective_rpc("innerguard_take_results", args=([key],))
-        failure = _self_check_failure(info, calls, len(outs[1].outputs[0].token_ids))
+        results = llm.collective_rpc("innerguard_take_results", args=([key, *(t.key for t in twins)],))[0]
+        failure = _self_check_failure(info, calls, len(outs[1].outputs[0].token_ids), plan, twins, results)
     except Exception as exc:
         failure = f"self-check failed: {type(exc).__name__}: {exc}"
     if failure:
@@ -179,6 +185,8 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
     """``install_plan`` for ``vllm.v1.engine.async_llm.AsyncLLM`` (the OpenAI
     server's engine client): its ``collective_rpc`` is a coroutine and the
     self-check goes through ``generate``. Requests in flight keep their plan."""
+    import asyncio
+
     from vllm import SamplingParams
 
     try:
@@ -189,12 +197,17 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
     try:
         await engine_client.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
         key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
+        twins = canary.requests(plan, engine_client.get_tokenizer())
         await _drain(engine_client.generate({"prompt_token_ids": _PROBE_TOKENS}, SamplingParams(max_tokens=1),
                                             request_id=f"{key}-forward"))
         probe = await _drain(engine_client.generate({"prompt_token_ids": _PROBE_TOKENS}, _probe_params(key), request_id=key))
+        await asyncio.gather(
+            _drain(engine_client.generate({"prompt_token_ids": canary.DECOY_TOKENS}, SamplingParams(max_tokens=1),
+                                          request_id=f"{key}-decoy")),
+            *(_drain(engine_client.generate(_prompt(t), _canary_params(t), request_id=t.key)) for t in twins))
         calls = (await engine_client.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle}))[0]
-        await engine_client.collective_rpc("innerguard_take_results", args=([key],))
-        failure = _self_check_failure(info, calls, len(probe.outputs[0].token_ids) if probe else 0)
+        results = (await engine_client.collective_rpc("innerguard_take_results", args=([key, *(t.key for t in twins)],)))[0]
+        failure = _self_check_failure(info, calls, len(probe.outputs[0].token_ids) if probe else 0, plan, twins, results)
     except Exception as exc:
         failure = f"self-check failed: {type(exc).__name__}: {exc}"
     if failure:
@@ -202,6 +215,16 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
         raise _self_check_error(failure)
     await engine_client.collective_rpc("innerguard_commit", args=(bundle,))
     return info
+
+
+def _prompt(twin) -> dict[str, Any]:
+    return {"prompt_token_ids": list(twin.prompt_token_ids), **({"cache_salt": twin.cache_salt} if twin.cache_salt else {})}
+
+
+def _canary_params(twin):
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=0.0, extra_args=twin.extra_args)
 
 
 async def _drain(outputs):

@@ -18,6 +18,9 @@ from typing import Any
 import torch
 
 from .signals import read_signals
+from .tensor_parallel import combine
+
+COMPUTED = ("attention_tracker", "probe", "token_probe")  # the signals the worker computes, combined across ranks
 
 BLOCKED_MESSAGE = "This request was blocked because the guard could not evaluate it."
 
@@ -114,6 +117,8 @@ class StepDecisions:
         except Exception as exc:  # the read failed: no value of this step can be trusted
             for e in started:
                 e.failed = failed_decision(e.state, exc)
+        if not runtime.modules.shard.whole:
+            _agree(runtime, self.evaluations)
         for e in self.evaluations:
             try:
                 result = e.failed or _decision(runtime, e)
@@ -127,6 +132,53 @@ class StepDecisions:
                 _apply(runtime, state, state.group.result)
             except Exception as exc:
                 fail_closed(lifecycle, state, exc)
+
+
+def _agree(runtime, evaluations: list[_Evaluation]) -> None:
+    """Under tensor parallel, every rank takes the same values: the sum of
+    the ranks' shares of each attention tracker, rank 0's value of every
+    other signal the worker computes, and a failure anywhere is a failure on
+    every rank (tensor_parallel.py). Runs on every rank at every decision
+    point, even with nothing due, so that ranks that disagree fail instead
+    of waiting for each other."""
+    rank = runtime.modules.shard.rank
+    labels, values, slots = [], [], []
+    for e in evaluations:
+        labels.append(e.state.key)
+        values.append(float(e.failed is not None))
+        slots.append((e, None))
+        signals, errors = e.signals or ({}, {})
+        for name in sorted({s for p in e.state.policies for s in p.signals}):
+            spec = runtime.analyzers.get(name)
+            if spec is None or spec.kind not in COMPUTED:
+                continue
+            value = signals.get(name)
+            share = spec.kind == "attention_tracker" or rank == 0
+            labels += [f"{e.state.key}/{name}!", f"{e.state.key}/{name}"]
+            values += [float(e.failed is not None or not isinstance(value, float)), value if share and isinstance(value, float) else 0.0]
+            slots.append((e, name))
+    try:
+        combined = iter(combine(labels, values))
+    except Exception as exc:
+        for e in evaluations:
+            e.failed = e.failed or failed_decision(e.state, exc)
+        return
+    elsewhere = RuntimeError("the analysis failed on another tensor-parallel rank (see that worker's log)")
+    for e, name in slots:
+        failed = next(combined) > 0
+        if name is None:
+            if failed and e.failed is None:
+                e.failed = failed_decision(e.state, elsewhere)
+            continue
+        value = next(combined)
+        if e.failed is not None:
+            continue
+        signals, errors = e.signals
+        if failed:
+            signals.pop(name, None)
+            errors.setdefault(name, f"{type(elsewhere).__name__}: {elsewhere}")
+        else:
+            signals[name] = value
 
 
 def _decision(runtime, evaluation: _Evaluation) -> dict[str, Any]:

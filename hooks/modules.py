@@ -8,6 +8,7 @@ from typing import Callable
 import torch.nn as nn
 
 from . import guard_points
+from .tensor_parallel import Shard
 
 
 class UnsupportedModelError(RuntimeError):
@@ -20,6 +21,7 @@ class ModelModules:
     layers: nn.ModuleList  # decoder layers; each returns (hidden, residual)
     logits: nn.Module  # vLLM's LogitsProcessor: its output rows are the batch's requests
     eos_token_id: int
+    shard: Shard = Shard()  # the attention heads this rank holds (tensor parallel)
 
     def layer(self, index: int) -> nn.Module:
         return self.layers[index]
@@ -46,7 +48,7 @@ class ModelModules:
         return guard_points.CALLBACKS.add(guard_points.LAYER, index, fn)
 
     @classmethod
-    def find(cls, model: nn.Module, num_layers: int, eos_token_id: int) -> "ModelModules":
+    def find(cls, model: nn.Module, num_layers: int, eos_token_id: int, shard: Shard = Shard()) -> "ModelModules":
         inner = getattr(model, "model", None)
         layers = getattr(inner, "layers", None)
         if not isinstance(layers, nn.ModuleList) or len(layers) != num_layers:
@@ -61,4 +63,4 @@ class ModelModules:
         logits = getattr(model, "logits_processor", None)
         if logits is None:
             raise UnsupportedModelError(f"{type(model).__name__} has no logits_processor module")
-        return cls(model=model, layers=layers, logits=logits, eos_token_id=int(eos_token_id))
+        return cls(model=model, layers=layers, logits=logits, eos_token_id=int(eos_token_id), shard=shard)

@@ -41,6 +41,7 @@ import torch
 from safetensors.torch import save as save_tensors
 
 from .modules import ModelModules
+from .tensor_parallel import current_shard
 from .runner_view import reader_for
 
 RECORD_KEY = "innerguard_record"  # SamplingParams.extra_args key: the caller's record id
@@ -418,6 +419,9 @@ class RecordMixin:
         if old is not None:
             old.uninstall()
             self._innerguard_recorder = None
+        shard = current_shard()
+        if not shard.whole:  # each rank holds a share of the heads; a capture file holds them all
+            raise RuntimeError(f"innerguard capture records with tensor_parallel_size 1 only (this engine: {shard.size})")
         runner = self.model_runner
         hf_config = runner.model_config.hf_config
         model = runner.get_model()

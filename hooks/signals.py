@@ -101,13 +101,19 @@ class _Focus:
     its heads are scored together in :func:`read_signals`."""
 
     inputs: attention_tracker.FocusInputs
-    heads: tuple[tuple[int, int], ...]
-    geometry: Any
+    heads: tuple[tuple[int, int], ...]  # this rank's, in its own head numbering
+    geometry: Any  # this rank's
     scale: float
+    of_heads: int  # the signal's heads on every rank: the mean's divisor
 
 
-def _focus(spec, state, geometry, modules) -> _Focus:
-    heads = tuple((int(layer), int(head)) for layer, head in spec.params["heads"])
+def _focus(spec, state, geometry, modules) -> _Focus | float:
+    """On a rank that holds only some of the heads (tensor parallel), its
+    share of the mean; the ranks add theirs up (decide_step.py)."""
+    chosen = tuple((int(layer), int(head)) for layer, head in spec.params["heads"])
+    heads, geometry = modules.shard.local_heads(chosen, geometry), modules.shard.geometry(geometry)
+    if not heads:
+        return 0.0
     layers = sorted({layer for layer, _ in heads})
     q_last = {layer: state.captures.q_last[layer] for layer in layers}
     k_all = {layer: state.captures.keys(layer) for layer in layers}
@@ -125,7 +131,7 @@ def _focus(spec, state, geometry, modules) -> _Focus:
         _spans(state, spec.params["policy"], "data"),
         geometry,
     )
-    return _Focus(inputs, heads, geometry, float(modules.attention_scale(layers[0])))
+    return _Focus(inputs, heads, geometry, float(modules.attention_scale(layers[0])), len(chosen))
 
 
 def _score_queued(batch: Sequence[Signals]) -> None:
@@ -135,11 +141,12 @@ def _score_queued(batch: Sequence[Signals]) -> None:
     for signals, errors in batch:
         for name, value in signals.items():
             if isinstance(value, _Focus):
-                groups.setdefault((value.heads, value.geometry, value.scale), []).append((signals, errors, name))
-    for (heads, geometry, scale), members in groups.items():
+                groups.setdefault((value.heads, value.geometry, value.scale, value.of_heads), []).append((signals, errors, name))
+    for (heads, geometry, scale, of_heads), members in groups.items():
         try:
             ratios = attention_tracker.head_focus_batch([m[0][m[2]].inputs for m in members], heads, geometry, scale)
-            for (signals, _, name), value in zip(members, ratios.mean(dim=1)):
+            focus = ratios.mean(dim=1) if len(heads) == of_heads else ratios.sum(dim=1) / of_heads
+            for (signals, _, name), value in zip(members, focus):
                 signals[name] = value
         except Exception as exc:
             for signals, errors, name in members:

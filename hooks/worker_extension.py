@@ -20,6 +20,7 @@ from .record import RecordMixin
 from .runner_view import reader_for, watch_steps
 from .runtime import GuardRuntime
 from .signals import start_signals
+from .tensor_parallel import current_shard
 from .vectors import load_vectors
 from .verdicts import SCHEDULER
 
@@ -31,9 +32,10 @@ class UnsupportedEngineError(RuntimeError):
 def refuse_unsupported(vllm_config) -> None:
     """Engines innerguard cannot guard faithfully, refused in one line each."""
     parallel = vllm_config.parallel_config
-    if parallel.tensor_parallel_size > 1 or parallel.pipeline_parallel_size > 1:
-        # Each rank would see only its shard of heads or layers.
-        raise UnsupportedEngineError("innerguard supports one GPU per engine (tensor and pipeline parallel size 1)")
+    if parallel.pipeline_parallel_size > 1:
+        # Each rank would see only its share of the layers.
+        raise UnsupportedEngineError("innerguard refuses pipeline parallel engines (pipeline_parallel_size must be 1); "
+                                     "tensor parallel is supported")
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is not None:
         raise UnsupportedEngineError(
@@ -54,6 +56,18 @@ def refuse_unsupported(vllm_config) -> None:
         raise UnsupportedEngineError(
             f"innerguard needs its scheduler (scheduler_cls={SCHEDULER}) to make a block final; "
             f"this engine runs {name or 'vLLM default'} (start it with guarded_engine_kwargs)"
+        )
+
+
+def refuse_unsharded_analyzers(plan: Plan, shard) -> None:
+    """Analyzers that need every head on one rank, refused under tensor parallel."""
+    if shard.whole:
+        return
+    rerankers = sorted(a.signal for a in plan.analyzers if a.kind == "reranker")
+    if rerankers:
+        raise UnsupportedEngineError(
+            f"the reranker analyzers ({', '.join(rerankers)}) do not run under tensor parallel "
+            f"(size {shard.size}): serve policies that rerank with tensor_parallel_size 1"
         )
 
 
@@ -101,7 +115,9 @@ class InnerguardWorkerExtension(RecordMixin):
                 f"but vLLM serves {hf_config.num_hidden_layers} / {hf_config.hidden_size}"
             )
         model = runner.get_model()
-        modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner))
+        shard = current_shard()
+        refuse_unsharded_analyzers(plan, shard)
+        modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner), shard)
         vectors = load_vectors(plan, plan.model.hidden_size, next(model.parameters()).device)
         lifecycle = self._innerguard()
         runtime = GuardRuntime(plan, modules, vectors, start_signals, decide).install(lifecycle)

@@ -30,7 +30,8 @@ Environment: ``GPU_CHECK_DTYPE`` (default float32), ``GPU_CHECK_ATTENTION``
 (an attention backend name, or ``auto``; on a GPU in float32 the default is
 FLEX_ATTENTION: vLLM would pick TRITON_ATTN, whose kernels multiply in TF32,
 which moves signals by ~2e-4 and flips greedy near-ties against the float32
-reference), ``GPU_CHECK_MEMORY`` (gpu_memory_utilization, default 0.25).
+reference), ``GPU_CHECK_MEMORY`` (gpu_memory_utilization, default 0.25),
+``GPU_CHECK_TP`` (tensor_parallel_size, default 1; ``all`` sets it per run).
 
 On a GPU machine without vLLM, with the offline kit (shared/gpukit/README.md)
 installed into /tmp/site and the structlog and google-re2 wheels (which the kit
@@ -38,6 +39,7 @@ lacks) plus an innerguard wheel installed there too:
     PYTHONPATH=/tmp/site VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
       python3 scripts/gpu_check.py all /tmp/gc --tokenizer TOKDIR --only v1_eager v2_eager
     ... --only v1_compiled v2_compiled        (one process per run; ~1 min each on an H200)
+    ... --only v1_compiled_tp2 v2_compiled_tp2  (tensor parallel 2: two GPUs)
 """
 from __future__ import annotations
 
@@ -207,7 +209,8 @@ def on_gpu() -> bool:
 
 
 def engine_overrides() -> dict:
-    overrides = {"dtype": os.environ.get("GPU_CHECK_DTYPE", "float32"), "max_num_seqs": 16, "max_num_batched_tokens": 256}
+    overrides = {"dtype": os.environ.get("GPU_CHECK_DTYPE", "float32"), "max_num_seqs": 16, "max_num_batched_tokens": 256,
+                 "tensor_parallel_size": int(os.environ.get("GPU_CHECK_TP", "1"))}
     if on_gpu():
         overrides["gpu_memory_utilization"] = float(os.environ.get("GPU_CHECK_MEMORY", "0.25"))
     backend = os.environ.get("GPU_CHECK_ATTENTION")
@@ -352,10 +355,12 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 # -- all -----------------------------------------------------------------------
-RUNS = [
-    ("v1_eager", "eager", "0"), ("v2_eager", "eager", "1"),
-    ("v1_compiled", "compiled", "0"), ("v2_compiled", "compiled", "1"),
-    ("default_eager", "eager", None),  # whichever runner vLLM picks by itself
+RUNS = [  # name, mode, VLLM_USE_V2_MODEL_RUNNER, tensor parallel size
+    ("v1_eager", "eager", "0", 1), ("v2_eager", "eager", "1", 1),
+    ("v1_compiled", "compiled", "0", 1), ("v2_compiled", "compiled", "1", 1),
+    ("default_eager", "eager", None, 1),  # whichever runner vLLM picks by itself
+    # Two GPUs: each rank holds 2 of the 4 query heads and 1 of the 2 KV heads.
+    ("v1_compiled_tp2", "compiled", "0", 2), ("v2_compiled_tp2", "compiled", "1", 2),
 ]
 
 
@@ -363,11 +368,12 @@ def run_all(workdir: Path, tokenizer_dir: Path, only: list[str] | None, timeout:
     if not paths(workdir)[0].is_dir():
         make(workdir, tokenizer_dir)
     summary: dict = {"runs": {}}
-    for name, mode, v2 in RUNS:
+    for name, mode, v2, tp in RUNS:
         if only and name not in only:
             continue
         env = {k: v for k, v in os.environ.items() if k != "VLLM_USE_V2_MODEL_RUNNER"}
-        env.update({"PYTHONUNBUFFERED": "1", **({"VLLM_USE_V2_MODEL_RUNNER": v2} if v2 is not None else {})})
+        env.update({"PYTHONUNBUFFERED": "1", "GPU_CHECK_TP": str(tp),
+                    **({"VLLM_USE_V2_MODEL_RUNNER": v2} if v2 is not None else {})})
         t0 = time.time()
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), mode, str(workdir)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)

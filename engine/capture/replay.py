@@ -170,7 +170,10 @@ class _State:
 
 class _Modules:
     def __init__(self, scales: dict[str, Any]):
+        from ...hooks.tensor_parallel import Shard
+
         self.scales = scales
+        self.shard = Shard()  # a capture holds every head
 
     def attention_scale(self, layer: int) -> float:
         scale = self.scales.get(str(layer))

@@ -48,6 +48,8 @@ output rows:
     parser.add_argument("--max-tokens", type=int, default=64, help="default max_tokens per request (default 64)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--cache-dir", help="model cache folder")
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1, metavar="N",
+                        help="GPUs per engine, as vLLM's option; the guard's attention heads are split across them (default 1)")
     add_enforce_eager(parser)
     parser.set_defaults(func=_run)
 
@@ -78,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     rows = read_rows(args.input)
     llm = GuardedLLM(args.model, args.policies, audit_log=args.audit_log, audit_key_file=args.audit_key_file,
                      audit_durability=args.audit_durability, cache_dir=args.cache_dir,
-                     enforce_eager=args.enforce_eager)
+                     enforce_eager=args.enforce_eager, tensor_parallel_size=args.tensor_parallel_size)
     outputs = llm.run(rows, SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens), use_tqdm=sys.stderr.isatty())
     with open(args.output, "w", encoding="utf-8") as f:
         for out in outputs:

@@ -143,3 +143,29 @@ def test_a_malformed_request_is_reported_under_its_id_when_it_has_one():
     with pytest.raises(BadArguments) as error:
         read_args({"innerguard": json.dumps({**VALID, "text_signals": 3})})
     assert error.value.key == "r#1"
+
+
+@pytest.mark.model
+def test_pipeline_parallel_is_refused_and_tensor_parallel_is_not(smollm2_dir):
+    config = engine_config(smollm2_dir)
+    config.parallel_config.tensor_parallel_size = 2
+    refuse_unsupported(config)
+    config.parallel_config.pipeline_parallel_size = 2
+    with pytest.raises(UnsupportedEngineError, match="pipeline parallel") as error:
+        refuse_unsupported(config)
+    assert "\n" not in str(error.value)
+
+
+@pytest.mark.model
+def test_rerankers_are_refused_under_tensor_parallel_in_one_line(smollm2_dir):
+    from pathlib import Path
+
+    from innerguard.engine.compiler import compile_policies
+    from innerguard.hooks.tensor_parallel import Shard
+    from innerguard.hooks.worker_extension import refuse_unsharded_analyzers
+
+    plan, _ = compile_policies([Path(__file__).parents[1] / "runtime" / "policies" / "rag.yaml"], smollm2_dir)
+    refuse_unsharded_analyzers(plan, Shard())
+    with pytest.raises(UnsupportedEngineError, match="reranker analyzers .* tensor_parallel_size 1") as error:
+        refuse_unsharded_analyzers(plan, Shard(0, 2))
+    assert "\n" not in str(error.value)

@@ -1,0 +1,91 @@
+"""The install self-check's canary: twin requests under the new plan, sent in
+one batch behind an unguarded decoy of another length, in whatever mode the
+engine runs (eager, compiled, CUDA graphs, tensor parallel).
+
+The twins carry the same chat under every policy of the plan that can run on
+a plain request (all but rerankers, which need documents). Their known
+decision is each other's: a worker that read the wrong rows, lost a request's
+arguments or captured nothing would answer differently for one of them, or
+not at all. So each twin's result must come back under its own id, list the
+policies it was sent, carry every signal of those policies as a finite
+value with no analyzer error, count its own prompt tokens, and equal its twin.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .plan import Plan
+from .requests import GuardRequest, prepare
+
+INSTRUCTION = "Summarise the message in one sentence."
+MESSAGE = ("Hi Sam, the quarterly figures are attached. Revenue rose four percent, mostly in Europe, "
+           "and the team meets on Thursday at ten to plan the next quarter.")
+DECOY_TOKENS = list(range(100, 137))  # another length: rows after it start elsewhere
+TOLERANCE = 1e-3  # the twins' signals: same prompt, same step, other rows
+
+
+def _row(i: int, names) -> GuardRequest:
+    row = {"id": f"innerguard-canary-{i}", "instruction": INSTRUCTION, "data": MESSAGE, "policies": list(names)}
+    return GuardRequest.from_row(row, row["id"])
+
+
+def policies(plan: Plan, tokenizer) -> tuple[str, ...]:
+    """The plan's policies a plain system + user chat can run: not those
+    that rerank documents, nor those whose spans name other roles."""
+    rerank = {a.signal for a in plan.analyzers if a.kind == "reranker"}
+    return tuple(p.name for p in plan.policies
+                 if not rerank & set(p.signals) and prepare(plan, _row(0, [p.name]), tokenizer).error is None)
+
+
+def requests(plan: Plan, tokenizer) -> list[Any]:
+    """The twins, prepared as a caller's requests are (none when no policy
+    can run on a plain chat)."""
+    names = policies(plan, tokenizer)
+    if not names:
+        return []
+    twins = [prepare(plan, _row(i, names), tokenizer) for i in (0, 1)]
+    for twin in twins:
+        if twin.error:
+            raise RuntimeError(f"the canary could not be prepared: {twin.error}")
+    return twins
+
+
+def failure(plan: Plan, twins, results: dict[str, dict[str, Any]]) -> str | None:
+    """Why the twins' results prove the guard wrong, or None."""
+    names = [p.name for p in twins[0].policies]
+    found = []
+    for twin in twins:
+        result = results.get(twin.key)
+        if result is None:
+            return f"the canary {twin.key} got no decision (did its arguments reach the worker?)"
+        if result.get("id") != twin.key:
+            return f"the canary {twin.key} was decided as {result.get('id')!r}"
+        decided = sorted(d["policy"] for d in result.get("decisions", ()))
+        if decided != sorted(names):
+            return f"the canary ran under policies {decided}, not {sorted(names)}"
+        if result.get("errors"):
+            name, error = next(iter(result["errors"].items()))
+            return f"the canary's signal {name} failed: {error}"
+        expected = {s for p in plan.policies if p.name in names for s in p.signals}
+        missing = sorted(expected - set(result.get("signals", {})))
+        if missing:
+            return f"the canary's signals {missing} were never computed"
+        if result.get("num_prompt_tokens") != len(twin.prompt_token_ids):
+            return (f"the canary's prompt has {len(twin.prompt_token_ids)} tokens, the worker counted "
+                    f"{result.get('num_prompt_tokens')} (rows misattributed)")
+        found.append(result)
+    first, second = found
+    if first.get("action") != second.get("action"):
+        return f"two identical canaries were decided {first.get('action')} and {second.get('action')} (rows misattributed)"
+    for name, value in first["signals"].items():
+        other = second["signals"].get(name)
+        if not _close(value, other):
+            return f"two identical canaries read {name} = {value} and {other} (rows misattributed)"
+    return None
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a == b
+    return math.isfinite(a) and math.isfinite(b) and abs(a - b) <= TOLERANCE * max(1.0, abs(a))

@@ -1,0 +1,65 @@
+"""The install self-check's canary (engine/canary.py): which policies it
+exercises, and each way its twins' results can prove the guard wrong. Every
+engine the suite starts runs the canary for real at install; these tests
+feed it results a broken worker would give."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from innerguard.engine import canary
+from innerguard.engine.compiler import compile_policies
+
+POLICIES = Path(__file__).parent / "policies"
+
+
+@pytest.fixture(scope="module")
+def plan_and_twins(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    plan, _ = compile_policies([POLICIES / n for n in ("injection.yaml", "blocker.yaml", "rag.yaml")], smollm2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    return plan, canary.requests(plan, tokenizer)
+
+
+def _results(plan, twins, signals=None):
+    names = [p.name for p in twins[0].policies]
+    wanted = sorted({s for p in plan.policies if p.name in names for s in p.signals})
+    values = signals or {name: 0.25 for name in wanted}
+    return {t.key: {"id": t.key, "action": "allow", "decisions": [{"policy": n} for n in names], "errors": {},
+                    "signals": dict(values), "num_prompt_tokens": len(t.prompt_token_ids)} for t in twins}
+
+
+@pytest.mark.model
+def test_the_canary_runs_every_policy_a_plain_chat_can_and_no_reranker(plan_and_twins):
+    plan, twins = plan_and_twins
+    assert [p.name for p in twins[0].policies] == ["blocker", "injection"]
+    assert twins[0].key != twins[1].key and twins[0].prompt_token_ids == twins[1].prompt_token_ids
+
+
+@pytest.mark.model
+def test_alike_and_whole_twins_pass(plan_and_twins):
+    plan, twins = plan_and_twins
+    assert canary.failure(plan, twins, _results(plan, twins)) is None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("break_it, message", [
+    (lambda r, k: r.pop(k[1]), "got no decision"),
+    (lambda r, k: r[k[0]].update(id="someone-else"), "was decided as"),
+    (lambda r, k: r[k[0]].update(decisions=[{"policy": "blocker"}]), "ran under policies"),
+    (lambda r, k: r[k[1]]["errors"].update({"injection.focus": "RuntimeError: no K"}), "injection.focus failed"),
+    (lambda r, k: r[k[0]]["signals"].pop("injection.focus"), "never computed"),
+    (lambda r, k: r[k[1]].update(num_prompt_tokens=7), "rows misattributed"),
+    (lambda r, k: r[k[1]].update(action="block"), "decided allow and block"),
+    (lambda r, k: r[k[1]]["signals"].update({"injection.focus": 0.31}), "read injection.focus"),
+    (lambda r, k: r[k[1]]["signals"].update({"injection.focus": float("nan")}), "read injection.focus"),
+])
+def test_each_broken_result_fails_the_self_check_in_one_line(plan_and_twins, break_it, message):
+    plan, twins = plan_and_twins
+    results = copy.deepcopy(_results(plan, twins))
+    break_it(results, [t.key for t in twins])
+    found = canary.failure(plan, twins, results)
+    assert found is not None and message in found and "\n" not in found, found
