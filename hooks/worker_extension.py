@@ -71,6 +71,17 @@ def refuse_unsharded_analyzers(plan: Plan, shard) -> None:
         )
 
 
+def refuse_logits_on_one_rank(logits, shard) -> None:
+    """Every rank must decide (steering changes the stream they all compute),
+    and the decision runs where the logits are: a platform that gathers them
+    on rank 0 only would leave the other ranks undecided."""
+    if not shard.whole and not getattr(logits, "use_all_gather", False):
+        raise UnsupportedEngineError(
+            f"this platform gathers logits on rank 0 only; innerguard needs them on all {shard.size} "
+            "tensor-parallel ranks (serve it with tensor_parallel_size 1)"
+        )
+
+
 def _points_skipped_by_cuda_graphs(vllm_config) -> str | None:
     """Why CUDA graphs would replay over the guard points, or None.
 
@@ -118,6 +129,7 @@ class InnerguardWorkerExtension(RecordMixin):
         shard = current_shard()
         refuse_unsharded_analyzers(plan, shard)
         modules = ModelModules.find(model, plan.model.num_layers, _eos_token_id(runner), shard)
+        refuse_logits_on_one_rank(modules.logits, shard)
         vectors = load_vectors(plan, plan.model.hidden_size, next(model.parameters()).device)
         lifecycle = self._innerguard()
         runtime = GuardRuntime(plan, modules, vectors, start_signals, decide).install(lifecycle)

@@ -169,3 +169,14 @@ def test_rerankers_are_refused_under_tensor_parallel_in_one_line(smollm2_dir):
     with pytest.raises(UnsupportedEngineError, match="reranker analyzers .* tensor_parallel_size 1") as error:
         refuse_unsharded_analyzers(plan, Shard(0, 2))
     assert "\n" not in str(error.value)
+
+
+def test_logits_gathered_on_one_rank_are_refused_under_tensor_parallel():
+    from innerguard.hooks.tensor_parallel import Shard
+    from innerguard.hooks.worker_extension import refuse_logits_on_one_rank
+
+    refuse_logits_on_one_rank(SimpleNamespace(use_all_gather=False), Shard())
+    refuse_logits_on_one_rank(SimpleNamespace(use_all_gather=True), Shard(1, 2))
+    with pytest.raises(UnsupportedEngineError, match="logits on rank 0 only") as error:
+        refuse_logits_on_one_rank(SimpleNamespace(use_all_gather=False), Shard(1, 2))
+    assert "\n" not in str(error.value)
