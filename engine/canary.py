@@ -2,8 +2,9 @@
 one batch behind an unguarded decoy of another length, in whatever mode the
 engine runs (eager, compiled, CUDA graphs, tensor parallel).
 
-The twins carry the same chat under every policy of the plan that can run on
-a plain request (all but rerankers, which need documents). Their known
+The twins carry the same system + user chat under every policy of the plan
+that can run on one (not rerankers, which need documents, nor policies whose
+spans name other roles). Their known
 decision is each other's: a worker that read the wrong rows, lost a request's
 arguments or captured nothing would answer differently for one of them, or
 not at all. So each twin's result must come back under its own id, list the
