@@ -92,18 +92,49 @@ def _rows(round_: int) -> list[dict]:
     return rows
 
 
-def _serve(model_dir, policy_dir, tp: int) -> list[list]:
+HOSTILE = 120  # malformed argument sets sent to the TP=2 engine
+
+
+def _serve(model_dir, policy_dir, tp: int) -> dict:
     from vllm import SamplingParams
 
     from innerguard.engine.guarded import GuardedLLM
 
     llm = GuardedLLM(model_dir, policy_dir, tensor_parallel_size=tp, dtype="float32", max_model_len=512,
                      max_num_seqs=8, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=6)
     try:
         # Twice: a second round meets the state the first left behind.
-        return [llm.run(_rows(r), SamplingParams(temperature=0.0, max_tokens=6)) for r in range(2)]
+        served = {"rounds": [llm.run(_rows(r), params) for r in range(2)]}
+        if tp > 1:
+            served["hostile"] = _hostile(llm)
+            served["after"] = llm.run(_rows(0), params)
+        return served
     finally:
         llm.shutdown()
+
+
+def _hostile(llm) -> list[int]:
+    """Model tokens of each request whose guard arguments were made wrong
+    (the containment tests' generator): each must block alone, on both
+    ranks alike, or the ranks' next exchange would fail or hang."""
+    import json
+
+    from vllm import SamplingParams
+
+    from vllm.exceptions import VLLMClientError
+
+    from test_worker_containment import generated_cases, run_each
+    from worker_helpers import prepared, prompt_of
+
+    p = prepared(llm, _rows(0)[0])
+    requests = []
+    for extra in generated_cases(json.loads(p.extra_args["innerguard"]))[:HOSTILE]:
+        try:
+            requests.append((prompt_of(p), SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, extra_args=extra)))
+        except VLLMClientError:
+            continue  # vLLM refused the value itself (an integer beyond 64 bits)
+    return [len(o.outputs[0].token_ids) for o in run_each(llm, requests) if o is not None]
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +152,15 @@ def tiny_tp(tmp_path_factory, smollm2_dir, monkeypatch_module):
     monkeypatch_module.setenv("VLLM_CPU_OMP_THREADS_BIND", f"{cores[0]}|{cores[-1]}")
     monkeypatch_module.setenv("VLLM_CPU_KVCACHE_SPACE", "1")
     return {tp: _serve(model_dir, policy_dir, tp) for tp in (1, 2)}
+
+
+def test_malformed_arguments_block_alone_at_tp2_and_the_ranks_keep_agreeing(tiny_tp):
+    tokens = tiny_tp[2]["hostile"]
+    assert len(tokens) >= HOSTILE * 0.9 and max(tokens) <= 1, tokens  # blocked: at most the forced end-of-sequence
+    for a, b in zip(tiny_tp[1]["rounds"][0], tiny_tp[2]["after"]):
+        assert (a.action, a.error) == (b.action, b.error)
+        for name, value in a.signals.items():
+            assert b.signals[name] == pytest.approx(value, abs=1e-5), name
 
 
 def _vector(path: Path, model_dir: Path, layer: int, seed: int) -> None:
@@ -143,7 +183,7 @@ def monkeypatch_module():
 
 
 def test_tp2_decides_every_request_as_tp1(tiny_tp):
-    for one_round, two_round in zip(tiny_tp[1], tiny_tp[2]):
+    for one_round, two_round in zip(tiny_tp[1]["rounds"], tiny_tp[2]["rounds"]):
         for a, b in zip(one_round, two_round):
             assert a.error is None and b.error is None, (a.error, b.error)
             assert (a.id, a.action, a.blocked) == (b.id, b.action, b.blocked)
@@ -153,7 +193,7 @@ def test_tp2_decides_every_request_as_tp1(tiny_tp):
 
 
 def test_the_comparison_has_both_verdicts_and_heads_of_both_ranks(tiny_tp):
-    outs = [o for r in tiny_tp[1] for o in r]
+    outs = [o for r in tiny_tp[1]["rounds"] for o in r]
     focus = [o.signals["focus.focus"] for o in outs if "focus.focus" in o.signals]
     assert focus and min(focus) < FOCUS_CUT < max(focus), focus  # the threshold separates something
     assert {o.action for o in outs} >= {"block", "steer"}
@@ -162,7 +202,7 @@ def test_the_comparison_has_both_verdicts_and_heads_of_both_ranks(tiny_tp):
 
 
 def test_tp2_steers_and_generates_as_tp1(tiny_tp):
-    for one_round, two_round in zip(tiny_tp[1], tiny_tp[2]):
+    for one_round, two_round in zip(tiny_tp[1]["rounds"], tiny_tp[2]["rounds"]):
         for a, b in zip(one_round, two_round):
             assert a.token_ids == b.token_ids, a.id
 
