@@ -6,6 +6,8 @@ own process, on a random-weight 1.5B-shaped Llama in bfloat16.
     python benchmarks/bench_gpu.py all WORKDIR [--modes ...]      # one process per mode, JSON summary
     python benchmarks/bench_gpu.py MODE WORKDIR                   # one mode
     python benchmarks/bench_gpu.py MODE WORKDIR --profile FILE    # one round under cProfile, engine in-process
+    python benchmarks/bench_gpu.py paired WORKDIR --rounds N      # plain and guarded default in one process,
+                                                                  # N pairs of rounds in alternating order
     python benchmarks/bench_gpu.py all WORKDIR --tp 2 --compare-with TP1/summary.json
                                                                   # tensor parallel 2, its focus vs TP=1's
 
@@ -133,11 +135,14 @@ def rows(seed: int, n: int) -> list[dict]:
 
 
 def engine_settings() -> dict:
-    return {"dtype": "bfloat16", "gpu_memory_utilization": 0.6, "max_model_len": 2048, "seed": 0,
+    return {"dtype": "bfloat16", "gpu_memory_utilization": float(os.environ.get("BENCH_MEMORY", "0.6")),
+            "max_model_len": 2048, "seed": 0,
             "tensor_parallel_size": int(os.environ.get("BENCH_TP", "1"))}
 
 
-def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict:
+def engine(mode: str, work: Path):
+    """(generate, result): ``generate(batch)`` runs a batch on a new engine
+    of ``mode`` and returns (output tokens, checks)."""
     from vllm import SamplingParams
 
     model_dir = str(work / "llama-1.5b-random")
@@ -185,29 +190,66 @@ def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict
                 "decided_with_focus": sum(f is not None for f in focus.values()), "focus": focus}
 
         config = g.llm.llm_engine.vllm_config
+        result["kv_read_back"] = {k: g.install_info.get(k) for k in ("reads_kv_cache", "kv_canary_cached_tokens")}
     compilation = config.compilation_config
     result["start_s"] = round(time.perf_counter() - started, 1)
     result["cudagraph_mode"] = str(getattr(compilation, "cudagraph_mode", None))
     result["enforce_eager"] = bool(config.model_config.enforce_eager)
     generate(rows(1000, 16))  # warm-up
+    return generate, result
+
+
+def _timed(mode: str, generate, seed: int) -> tuple[float, int, dict]:
+    t = time.perf_counter()
+    tokens, check = generate(rows(seed, REQUESTS))
+    seconds = time.perf_counter() - t
+    shown = {k: v for k, v in check.items() if k != "focus"}
+    print(f"[{mode}] round {seed}: {seconds:.2f} s, {tokens} tokens {shown}", flush=True)
+    return seconds, tokens, check
+
+
+def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict:
+    generate, result = engine(mode, work)
     if profile is not None:
         return _profiled(generate, profile, result)
     times, checks = [], []
     for r in range(rounds):
-        t = time.perf_counter()
-        tokens, check = generate(rows(r, REQUESTS))
-        times.append(time.perf_counter() - t)
-        checks.append(check)
+        seconds, tokens, check = _timed(mode, generate, r)
+        times.append(seconds)
         result["output_tokens"] = tokens
         focus = check.pop("focus", None)
         if r == 0 and focus is not None:
             result["focus_round_0"] = focus  # same prompts at any TP size: compared by --compare-with
-        print(f"[{mode}] round {r}: {times[-1]:.2f} s, {tokens} tokens {check}", flush=True)
+        checks.append(check)
     result["seconds"] = [round(x, 3) for x in times]
     result["median_s"] = round(statistics.median(times), 3)
     result["out_tok_s"] = round(REQUESTS * OUTPUT_TOKENS / statistics.median(times), 1)
     result["checks"] = checks
     return result
+
+
+def paired(work: Path, pairs: int) -> dict:
+    """plain-default and guarded-default side by side in one process (each
+    engine holds ``BENCH_MEMORY`` of the GPU), timed in alternating order on
+    the same batches: a host that slows down for a while slows both."""
+    engines = {mode: engine(mode, work) for mode in ("plain-default", "guarded-default")}
+    times: dict[str, list[float]] = {mode: [] for mode in engines}
+    checks = []
+    for p in range(pairs):
+        order = list(engines) if p % 2 == 0 else list(reversed(engines))
+        for mode in order:
+            seconds, _, check = _timed(mode, engines[mode][0], p)
+            check.pop("focus", None)
+            times[mode].append(seconds)
+            if mode.startswith("guarded"):
+                checks.append(check)
+    plain, guarded = times["plain-default"], times["guarded-default"]
+    ratios = [a / b for a, b in zip(plain, guarded)]
+    return {"mode": "paired", "pairs": pairs, "seconds": {m: [round(x, 3) for x in t] for m, t in times.items()},
+            "engines": {m: e[1] for m, e in engines.items()}, "checks": checks,
+            "ratio_per_pair": [round(r, 4) for r in ratios], "median_ratio": round(statistics.median(ratios), 4),
+            "ratio_of_medians": round(statistics.median(plain) / statistics.median(guarded), 4),
+            "out_tok_s": {m: round(REQUESTS * OUTPUT_TOKENS / statistics.median(t), 1) for m, t in times.items()}}
 
 
 def _profiled(generate, path: Path, result: dict) -> dict:
@@ -272,7 +314,7 @@ def run_all(work: Path, modes: list[str], rounds: int, timeout: float, out: Path
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("mode", choices=["make", "all", *MODES])
+    parser.add_argument("mode", choices=["make", "all", "paired", *MODES])
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--tokenizer", type=Path, help="for make: a folder with SmolLM2's tokenizer files")
     parser.add_argument("--modes", nargs="*", default=list(MODES), help="for all: which modes, in this order")
@@ -289,6 +331,13 @@ def main() -> int:
     elif args.mode == "all":
         args.out.mkdir(parents=True, exist_ok=True)
         run_all(args.workdir, args.modes, args.rounds, args.timeout, args.out, args.compare_with)
+    elif args.mode == "paired":
+        os.environ.setdefault("BENCH_MEMORY", "0.4")  # two engines on one GPU
+        result = paired(args.workdir, args.rounds)
+        print("RESULT " + json.dumps(result), flush=True)
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "paired.json").write_text(json.dumps(result, indent=1))
     else:
         if args.profile is not None:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

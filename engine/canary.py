@@ -10,10 +10,19 @@ arguments or captured nothing would answer differently for one of them, or
 not at all. So each twin's result must come back under its own id, list the
 policies it was sent, carry every signal of those policies as a finite
 value with no analyzer error, count its own prompt tokens, and equal its twin.
+
+Where the worker reads K of prefix-cached positions back from vLLM's KV cache
+(install info ``reads_kv_cache``), one longer prompt is also sent twice under
+a salt of its own, the second time served from the cache: both must decide
+alike (``kv_pair``, ``kv_failure``). A layout misread would move the second's
+attention signals, so the engine then stops reading the cache and keeps
+salting guarded requests instead.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import uuid
 from typing import Any
 
 from .plan import Plan
@@ -26,8 +35,12 @@ DECOY_TOKENS = list(range(100, 137))  # another length: rows after it start else
 TOLERANCE = 1e-3  # the twins' signals: same prompt, same step, other rows
 
 
-def _row(i: int, names) -> GuardRequest:
-    row = {"id": f"innerguard-canary-{i}", "instruction": INSTRUCTION, "data": MESSAGE, "policies": list(names)}
+# Long enough to fill whole KV cache blocks on every platform (CPU blocks hold 128 tokens).
+KV_MESSAGE = " ".join([MESSAGE] * 8)
+
+
+def _row(i: int, names, data: str = MESSAGE) -> GuardRequest:
+    row = {"id": f"innerguard-canary-{i}", "instruction": INSTRUCTION, "data": data, "policies": list(names)}
     return GuardRequest.from_row(row, row["id"])
 
 
@@ -50,6 +63,44 @@ def requests(plan: Plan, tokenizer) -> list[Any]:
         if twin.error:
             raise RuntimeError(f"the canary could not be prepared: {twin.error}")
     return twins
+
+
+def kv_pair(plan: Plan, tokenizer) -> list[Any]:
+    """Two identical requests under the policies that read K (attention
+    trackers, no token probes), with one salt of their own: sent one after
+    the other, the second is served from the first's cache blocks."""
+    readers = {a.signal for a in plan.analyzers if a.kind == "attention_tracker"}
+    per_token = {a.signal for a in plan.analyzers if a.kind == "token_probe"}
+    runnable = policies(plan, tokenizer)
+    names = [p.name for p in plan.policies
+             if p.name in runnable and readers & set(p.signals) and not per_token & set(p.signals)]
+    if not names:
+        return []
+    salt = f"innerguard-canary-kv-{uuid.uuid4().hex}"
+    pair = [prepare(plan, _row(i, names, KV_MESSAGE), tokenizer) for i in (2, 3)]
+    for request in pair:
+        if request.error:
+            raise RuntimeError(f"the canary could not be prepared: {request.error}")
+    return [dataclasses.replace(request, cache_salt=salt) for request in pair]
+
+
+def kv_failure(pair, results: dict[str, dict[str, Any]], cached_tokens: int | None) -> str | None:
+    """Why the cache hit decided otherwise than the computed prompt, or None
+    (also when nothing was cached: then nothing is read back either)."""
+    if not cached_tokens:
+        return None
+    first, second = (results.get(r.key) for r in pair)
+    if first is None or second is None:
+        return "a prefix-cache canary got no decision"
+    for result in (first, second):
+        if result.get("errors"):
+            name, error = next(iter(result["errors"].items()))
+            return f"{name} failed on a prefix-cache hit: {error}"
+    for name, value in first.get("signals", {}).items():
+        other = second.get("signals", {}).get(name)
+        if not _close(value, other):
+            return f"{name} read {value} when computed and {other} from {cached_tokens} cached positions"
+    return None
 
 
 def failure(plan: Plan, twins, results: dict[str, dict[str, Any]]) -> str | None:

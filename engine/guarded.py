@@ -13,6 +13,7 @@ proves every hook fires before any request is served.
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -90,6 +91,7 @@ class GuardedLLM:
         self.model_name = str(model)
         self._verdicts: dict[str, dict[str, Any]] = {}  # taken from the worker, not yet returned
         self.plan: Plan | None = None
+        self.install_info: dict[str, Any] = {}  # the workers' answer to the last install (runner, hook points, KV read-back)
         self.install(plan)
 
     # -- plans ----------------------------------------------------------------
@@ -101,7 +103,7 @@ class GuardedLLM:
     def install(self, plan: Plan) -> None:
         """Install ``plan`` in every worker and prove its hooks fire."""
         info = install_plan(self.llm, plan)
-        self.plan = plan
+        self.plan, self.install_info = plan, info
         self.share_prefix_cache = bool(info.get("reads_kv_cache"))
         log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info["runner"], hooks=len(info["hook_points"]))
 
@@ -214,7 +216,9 @@ class GuardedLLM:
     def _params(base, prepared: PreparedRequest):
         from vllm.sampling_params import RequestOutputKind
 
-        params = base.clone()
+        # Shallow: only scalars and a new extra_args are set here, and vLLM
+        # deep-copies every request's params itself when it takes them.
+        params = copy.copy(base)
         # Only finished outputs are read (verdicts come from the worker), as
         # in ``LLM.generate``: no per-step output objects for every request.
         params.output_kind = RequestOutputKind.FINAL_ONLY

@@ -152,7 +152,9 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
     ``guarded_engine_kwargs``, then prove it works before it serves: one tiny
     forward must reach every hook point, a blocked probe must end after one
     token, and the canary twins (canary.py) must be decided alike and whole.
-    On any failure the previous plan keeps serving."""
+    On any failure the previous plan keeps serving. Where the workers read K
+    of prefix-cached positions back, a cache hit must decide as the computed
+    prompt did, or they stop reading it (guarded requests keep a salt)."""
     from vllm import SamplingParams
 
     try:
@@ -177,6 +179,16 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
     if failure:
         llm.collective_rpc("innerguard_rollback", args=(bundle,))
         raise _self_check_error(failure)
+    if info.get("reads_kv_cache"):
+        try:
+            pair = canary.kv_pair(plan, llm.get_tokenizer())
+            outs = [llm.generate([_prompt(r)], [_canary_params(r)], use_tqdm=False)[0] for r in pair]
+            wrong = _kv_canary_failure(info, pair, outs, llm.collective_rpc("innerguard_take_results", args=([r.key for r in pair],))[0])
+        except Exception as exc:
+            wrong = f"{type(exc).__name__}: {exc}"
+        if wrong:
+            llm.collective_rpc("innerguard_kv_readback", args=(False,))
+            info["reads_kv_cache"] = _kv_readback_off(wrong)
     llm.collective_rpc("innerguard_commit", args=(bundle,))
     return info
 
@@ -213,8 +225,31 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
     if failure:
         await engine_client.collective_rpc("innerguard_rollback", args=(bundle,))
         raise _self_check_error(failure)
+    if info.get("reads_kv_cache"):
+        try:
+            pair = canary.kv_pair(plan, engine_client.get_tokenizer())
+            outs = [await _drain(engine_client.generate(_prompt(r), _canary_params(r), request_id=r.key)) for r in pair]
+            wrong = _kv_canary_failure(info, pair, outs, (await engine_client.collective_rpc("innerguard_take_results", args=([r.key for r in pair],)))[0])
+        except Exception as exc:
+            wrong = f"{type(exc).__name__}: {exc}"
+        if wrong:
+            await engine_client.collective_rpc("innerguard_kv_readback", args=(False,))
+            info["reads_kv_cache"] = _kv_readback_off(wrong)
     await engine_client.collective_rpc("innerguard_commit", args=(bundle,))
     return info
+
+
+def _kv_canary_failure(info: dict[str, Any], pair, outs, results) -> str | None:
+    info["kv_canary_cached_tokens"] = cached = (outs[-1].num_cached_tokens or 0) if outs else 0
+    return canary.kv_failure(pair, results, cached)
+
+
+def _kv_readback_off(wrong: str) -> bool:
+    """The cache canary failed and the workers were told to stop reading K
+    back: guarded requests keep a cache salt. Slower, never wrong."""
+    log.warning("K read back from vLLM's KV cache did not decide as computed K did; "
+                "guarded requests keep a cache salt (no prefix-cache sharing)", reason=wrong)
+    return False
 
 
 def _prompt(twin) -> dict[str, Any]:

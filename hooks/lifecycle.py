@@ -136,6 +136,7 @@ class Lifecycle:
         self.needs_points = True  # whether this step must run the guard points' Python (no full CUDA graph)
         self._steered: dict[int, list[tuple[np.ndarray, int]]] = {}  # this step's add-steered rows and slots, by layer
         self._attached = False
+        self.kv_readback = True  # off when the install canary saw a cache hit decide otherwise
 
     # -- plans ----------------------------------------------------------------
     def runtimes(self) -> list:
@@ -459,14 +460,14 @@ class Lifecycle:
         state.captures.prepend(prefix)
 
     def _cached_keys(self, state: RequestState, layers, start: int) -> dict[int, Any] | None:
-        block_ids = self.reader.block_ids(state.req_id)
+        block_ids = self.reader.block_ids(state.req_id) if self.kv_readback else None
         if block_ids is None:
             return None
         prefix = {}
         for layer in layers:
             cache = self.reader.kv_cache(layer)
-            layout = kv_cache.layout_of(state.runtime.modules.attention(layer))
-            if cache is None or layout is None:
+            layout = kv_cache.layout_of(state.runtime.modules.attention(layer), cache)
+            if layout is None:
                 return None
             prefix[layer] = kv_cache.cached_keys(cache, layout, block_ids, start)
         self.counters["keys_from_kv_cache"] += 1
@@ -474,7 +475,7 @@ class Lifecycle:
 
     def reads_kv_cache(self, modules) -> bool:
         """Whether K of cached prompt positions can be read back here."""
-        return self.reader.kv_cache(0) is not None and kv_cache.layout_of(modules.attention(0)) is not None
+        return self.kv_readback and kv_cache.layout_of(modules.attention(0), self.reader.kv_cache(0)) is not None
 
     def stats(self) -> dict[str, Any]:
         self.results.expire()

@@ -12,7 +12,7 @@ read where both runners meet: the worker's ``execute_model`` and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import numpy as np
 
@@ -229,7 +229,7 @@ class V2RunnerReader:
 
     def __init__(self, runner):
         self._runner = runner
-        self._requests: dict[str, tuple[int, dict | None, list | None]] = {}  # req_id -> (prompt length, extra_args, prompt)
+        self._requests: dict[str, _NewRequest] = {}
         self._batch = None
         self._prepared: list[Callable[[], None]] = []
         add_requests = runner.add_requests
@@ -297,19 +297,23 @@ class V2RunnerReader:
             )
         starts = _first_positions(positions, qsl, getattr(batch, "num_computed_tokens_np", None))
         requests = self._requests
-        return StepView(req_ids, qsl, starts, lambda req_id: requests.get(req_id, (0, None, None))[0])
+        return StepView(req_ids, qsl, starts, lambda req_id: requests.get(req_id, _UNKNOWN).prompt_len)
 
     def extra_args(self, req_id: str):
-        return self._requests.get(req_id, (0, None, None))[1]
+        return self._requests.get(req_id, _UNKNOWN).extra_args
 
     def prompt_token_ids(self, req_id: str):
-        return self._requests.get(req_id, (0, None, None))[2]
+        return self._requests.get(req_id, _UNKNOWN).prompt
 
     def kv_cache(self, layer: int):
-        return None  # not read on this runner yet: its guarded requests keep a cache salt
+        # Bound in layer order, as on the V1 runner; the layout is checked by kv_cache.layout_of.
+        caches = getattr(self._runner, "kv_caches", None) or ()
+        return caches[layer] if layer < len(caches) else None
 
     def block_ids(self, req_id: str):
-        return None
+        # The blocks it was admitted with: its prefix-cached positions are
+        # all there (later chunks only append blocks).
+        return self._requests.get(req_id, _UNKNOWN).block_ids
 
 
 def _first_positions(positions, qsl: np.ndarray, num_computed) -> list[int]:
@@ -329,14 +333,26 @@ def _first_positions(positions, qsl: np.ndarray, num_computed) -> list[int]:
     return np.asarray(num_computed)[: len(qsl) - 1].tolist()
 
 
-def _new_request_entry(new) -> tuple[int, dict | None, list | None]:
-    """(prompt length, extra_args, prompt token ids) of a ``NewRequestData``."""
+class _NewRequest(NamedTuple):
+    prompt_len: int
+    extra_args: dict | None
+    prompt: list | None
+    block_ids: list | None  # of its one KV cache group (full attention), else None
+
+
+_UNKNOWN = _NewRequest(0, None, None, None)
+
+
+def _new_request_entry(new) -> _NewRequest:
+    """What Model Runner V2 is told of a request once: a ``NewRequestData``."""
     prompt = getattr(new, "prompt_token_ids", None)
     prompt_len = getattr(new, "prompt_len", None)  # a property from vLLM 0.32 on
     if prompt_len is None:
         prompt_len = len(prompt) if prompt is not None else len(getattr(new, "prefill_token_ids", None) or ())
     params = getattr(new, "sampling_params", None)
-    return int(prompt_len), getattr(params, "extra_args", None), prompt
+    groups = getattr(new, "block_ids", None)
+    blocks = list(groups[0]) if groups and len(groups) == 1 else None
+    return _NewRequest(int(prompt_len), getattr(params, "extra_args", None), prompt, blocks)
 
 
 def reader_for(runner) -> StepReader:

@@ -163,6 +163,12 @@ class InnerguardWorkerExtension(RecordMixin):
                 runtime.hook_calls.clear()
         return calls
 
+    def innerguard_kv_readback(self, enabled: bool) -> bool:
+        """Whether K of prefix-cached positions is read back from the KV
+        cache; off once the install canary saw a cache hit decide otherwise."""
+        self._innerguard().kv_readback = bool(enabled)
+        return self._innerguard().kv_readback
+
     def innerguard_take_results(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         return self._innerguard().results.take(keys)
 

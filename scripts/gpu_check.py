@@ -15,12 +15,14 @@ tokenizer.json, tokenizer_config.json, chat_template.jinja), run in float32.
 ``eager`` starts ``GuardedLLM`` with ``enforce_eager=True``, ``compiled`` in
 its default mode (on a GPU: compiled, piecewise CUDA graphs split at the guard
 points). Both check, on one mixed batch and then on some of its prompts again
-(prefix-cache hits: K of cached positions is read back from the KV cache where
-the runner allows it):
+(prefix-cache hits: K of cached positions is read back from the KV cache):
   - the install self-check passes and every hook point fires;
   - attention-tracker focus and probe cosine equal the Hugging Face reference
     (``innerguard.engine.reference``) within 1e-3, prompts chunked or not,
     served from the prefix cache or not;
+  - the second pass hit the prefix cache and K of its cached positions was read
+    back from vLLM's KV cache (the install's cache canary passed, the worker
+    counted the read-backs);
   - a text-keyword block emits no model token (only the forced end-of-sequence);
   - an unconditional steer changes the output and follows the reference.
 Each mode prints one line ``RESULT {json}``; ``all`` prints ``SUMMARY {json}``
@@ -303,6 +305,10 @@ def check(workdir: Path, eager: bool) -> int:
         checks["probe_matches_reference"] = bool(complete) and result["max_probe_diff"] < TOLERANCE
         result["prefix_cache_hits"] = sum(e["prefill_tokens"] < e["tokens"] for e in per_row)
         result["worker_counters"] = g.llm.collective_rpc("innerguard_stats")[0]
+        result["kv_read_back"] = {k: g.install_info.get(k) for k in ("reads_kv_cache", "kv_canary_cached_tokens")}
+        # K of the cached positions came from vLLM's KV cache (and matched the reference above).
+        checks["prefix_cache_hits_read_back"] = (bool(g.install_info.get("reads_kv_cache")) and result["prefix_cache_hits"] > 0
+                                                 and result["worker_counters"].get("keys_from_kv_cache", 0) > 0)
         checks["long_prompts_were_chunked"] = max(e["tokens"] for e in per_row) > engine_overrides()["max_num_batched_tokens"]
 
         block, clean = outs["block"], outs["clean"]

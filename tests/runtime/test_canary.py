@@ -63,3 +63,55 @@ def test_each_broken_result_fails_the_self_check_in_one_line(plan_and_twins, bre
     break_it(results, [t.key for t in twins])
     found = canary.failure(plan, twins, results)
     assert found is not None and message in found and "\n" not in found, found
+
+
+# -- the prefix-cache canary: a cache hit must decide as the computed prompt did
+
+
+@pytest.fixture(scope="module")
+def plan_and_pair(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    plan, _ = compile_policies([POLICIES / n for n in ("injection.yaml", "blocker.yaml", "rag.yaml")], smollm2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    return plan, canary.kv_pair(plan, tokenizer), tokenizer
+
+
+@pytest.mark.model
+def test_the_cache_canary_is_one_long_prompt_twice_under_a_salt_of_its_own(plan_and_pair):
+    plan, (first, second), tokenizer = plan_and_pair
+    assert [p.name for p in first.policies] == ["injection"]  # reads K; the blocker reads none
+    assert first.prompt_token_ids == second.prompt_token_ids and len(first.prompt_token_ids) > 2 * 128  # whole CPU blocks
+    assert first.cache_salt == second.cache_salt and first.cache_salt.startswith("innerguard-canary-kv-")
+    assert first.key != second.key
+    assert canary.kv_pair(plan, tokenizer)[0].cache_salt != first.cache_salt  # never another install's cache
+
+
+def _pair_results(pair, second=None):
+    base = {"action": "allow", "errors": {}, "signals": {"injection.focus": 0.25}}
+    results = {r.key: copy.deepcopy(base) for r in pair}
+    results[pair[1].key].update(second or {})
+    return results
+
+
+@pytest.mark.model
+def test_a_cache_hit_that_decides_alike_passes_and_no_hit_proves_nothing(plan_and_pair):
+    _, pair, _ = plan_and_pair
+    assert canary.kv_failure(pair, _pair_results(pair), cached_tokens=256) is None
+    # Nothing cached (prefix caching off): nothing is read back either.
+    assert canary.kv_failure(pair, _pair_results(pair, {"signals": {"injection.focus": 0.9}}), cached_tokens=0) is None
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("second, message", [
+    ({"signals": {"injection.focus": 0.31}}, "from 256 cached positions"),
+    ({"signals": {"injection.focus": float("nan")}}, "from 256 cached positions"),
+    ({"errors": {"injection.focus": "RuntimeError: 3 blocks of 128 hold fewer"}}, "failed on a prefix-cache hit"),
+])
+def test_a_cache_hit_that_decides_otherwise_is_reported_in_one_line(plan_and_pair, second, message):
+    _, pair, _ = plan_and_pair
+    found = canary.kv_failure(pair, _pair_results(pair, second), cached_tokens=256)
+    assert found is not None and message in found and "\n" not in found, found
+    results = _pair_results(pair)
+    results.pop(pair[1].key)
+    assert "got no decision" in canary.kv_failure(pair, results, cached_tokens=256)

@@ -53,6 +53,8 @@ def test_prefix_cache_hits_match_reference(guarded, reference, concept_vector):
     # is read back from the KV cache. The same prompt again (all but its last
     # block cached), and a prompt that shares only a long instruction prefix.
     assert guarded.llm.llm_engine.vllm_config.cache_config.enable_prefix_caching
+    # The install canary sent one long prompt twice and the cache hit decided alike.
+    assert guarded.install_info["reads_kv_cache"] and guarded.install_info["kv_canary_cached_tokens"] >= 128
     r = row(1, ["injection", "topic"], data=long_text(12), rid="hit-1")
     guarded.run([{**r, "policies": []}])  # an unguarded request warms the cache
     for _ in range(2):

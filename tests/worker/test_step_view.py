@@ -29,3 +29,26 @@ def test_an_empty_view_has_no_rows():
     v = StepView()
     assert len(v) == 0 and v.num_tokens == 0 and v.rows == ()
     assert isinstance(v.token_rows([]), np.ndarray)
+
+
+def test_model_runner_v2_keeps_what_it_was_told_of_each_request_and_its_kv_caches():
+    # Model Runner V2 is told of a request once (NewRequestData); its blocks
+    # at admission hold every prefix-cached position.
+    from types import SimpleNamespace
+
+    from innerguard.hooks.runner_view import V2RunnerReader
+
+    caches = ["layer0-cache", "layer1-cache"]
+    runner = SimpleNamespace(add_requests=lambda out: None, prepare_inputs=None, execute_model=None, kv_caches=caches)
+    reader = V2RunnerReader(runner)
+    params = SimpleNamespace(extra_args={"innerguard": "x"})
+    new = [SimpleNamespace(req_id="a", prompt_token_ids=[5, 6, 7], prompt_len=3, sampling_params=params, block_ids=([9, 4],)),
+           SimpleNamespace(req_id="b", prompt_token_ids=[1], prompt_len=1, sampling_params=None, block_ids=([1], [2]))]
+    runner.add_requests(SimpleNamespace(finished_req_ids=(), scheduled_new_reqs=new))
+    assert reader.block_ids("a") == [9, 4] and reader.extra_args("a") == {"innerguard": "x"}
+    assert reader.prompt_token_ids("a") == [5, 6, 7]
+    assert reader.block_ids("b") is None  # two KV cache groups (hybrid attention): not read back
+    assert reader.block_ids("unknown") is None and reader.extra_args("unknown") is None
+    assert reader.kv_cache(1) == "layer1-cache" and reader.kv_cache(2) is None
+    runner.add_requests(SimpleNamespace(finished_req_ids=("a",), scheduled_new_reqs=()))
+    assert reader.block_ids("a") is None

@@ -105,7 +105,7 @@ def _serve(model_dir, policy_dir, tp: int) -> dict:
     params = SamplingParams(temperature=0.0, max_tokens=6)
     try:
         # Twice: a second round meets the state the first left behind.
-        served = {"rounds": [llm.run(_rows(r), params) for r in range(2)]}
+        served = {"rounds": [llm.run(_rows(r), params) for r in range(2)], "install": dict(llm.install_info)}
         if tp > 1:
             served["hostile"] = _hostile(llm)
             served["after"] = llm.run(_rows(0), params)
@@ -199,6 +199,14 @@ def test_the_comparison_has_both_verdicts_and_heads_of_both_ranks(tiny_tp):
     assert {o.action for o in outs} >= {"block", "steer"}
     shards = [Shard(r, 2).local_heads([tuple(h) for h in HEADS], HeadGeometry(4, 2, 32)) for r in (0, 1)]
     assert all(shards) and sum(map(len, shards)) == len(HEADS)
+
+
+def test_each_rank_reads_k_of_cached_positions_back_from_its_own_kv_cache(tiny_tp):
+    # The install canary sent one prompt twice; the cache hit decided as the
+    # computed prompt did, with each rank's share read from its own cache.
+    for tp in (1, 2):
+        assert tiny_tp[tp]["install"]["reads_kv_cache"], tiny_tp[tp]["install"]
+        assert tiny_tp[tp]["install"]["kv_canary_cached_tokens"] >= 128
 
 
 def test_tp2_steers_and_generates_as_tp1(tiny_tp):
