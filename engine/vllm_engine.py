@@ -183,12 +183,14 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
         try:
             pair = canary.kv_pair(plan, llm.get_tokenizer())
             outs = [llm.generate([_prompt(r)], [_canary_params(r)], use_tqdm=False)[0] for r in pair]
-            wrong = _kv_canary_failure(info, pair, outs, llm.collective_rpc("innerguard_take_results", args=([r.key for r in pair],))[0])
+            info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
+            wrong = canary.kv_failure(pair, llm.collective_rpc("innerguard_take_results", args=([r.key for r in pair],))[0], cached)
         except Exception as exc:
             wrong = f"{type(exc).__name__}: {exc}"
         if wrong:
             llm.collective_rpc("innerguard_kv_readback", args=(False,))
-            info["reads_kv_cache"] = _kv_readback_off(wrong)
+            info["reads_kv_cache"] = False
+            _warn_kv_readback_off(wrong)
     llm.collective_rpc("innerguard_commit", args=(bundle,))
     return info
 
@@ -229,27 +231,29 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
         try:
             pair = canary.kv_pair(plan, engine_client.get_tokenizer())
             outs = [await _drain(engine_client.generate(_prompt(r), _canary_params(r), request_id=r.key)) for r in pair]
-            wrong = _kv_canary_failure(info, pair, outs, (await engine_client.collective_rpc("innerguard_take_results", args=([r.key for r in pair],)))[0])
+            info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
+            results = (await engine_client.collective_rpc("innerguard_take_results", args=([r.key for r in pair],)))[0]
+            wrong = canary.kv_failure(pair, results, cached)
         except Exception as exc:
             wrong = f"{type(exc).__name__}: {exc}"
         if wrong:
             await engine_client.collective_rpc("innerguard_kv_readback", args=(False,))
-            info["reads_kv_cache"] = _kv_readback_off(wrong)
+            info["reads_kv_cache"] = False
+            _warn_kv_readback_off(wrong)
     await engine_client.collective_rpc("innerguard_commit", args=(bundle,))
     return info
 
 
-def _kv_canary_failure(info: dict[str, Any], pair, outs, results) -> str | None:
-    info["kv_canary_cached_tokens"] = cached = (outs[-1].num_cached_tokens or 0) if outs else 0
-    return canary.kv_failure(pair, results, cached)
+def _cached_tokens(outs) -> int:
+    """Prompt tokens the cache canary's second request was served from the prefix cache."""
+    return (outs[-1].num_cached_tokens or 0) if outs else 0
 
 
-def _kv_readback_off(wrong: str) -> bool:
-    """The cache canary failed and the workers were told to stop reading K
-    back: guarded requests keep a cache salt. Slower, never wrong."""
+def _warn_kv_readback_off(wrong: str) -> None:
+    # The workers were told to stop reading K back: guarded requests keep a
+    # cache salt. Slower, never wrong.
     log.warning("K read back from vLLM's KV cache did not decide as computed K did; "
                 "guarded requests keep a cache salt (no prefix-cache sharing)", reason=wrong)
-    return False
 
 
 def _prompt(twin) -> dict[str, Any]:
