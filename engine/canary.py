@@ -12,11 +12,12 @@ policies it was sent, carry every signal of those policies as a finite
 value with no analyzer error, count its own prompt tokens, and equal its twin.
 
 Where the worker reads K of prefix-cached positions back from vLLM's KV cache
-(install info ``reads_kv_cache``), one longer prompt is also sent twice under
-a salt of its own, the second time served from the cache: both must decide
-alike (``kv_pair``, ``kv_failure``). A layout misread would move the second's
-attention signals, so the engine then stops reading the cache and keeps
-salting guarded requests instead.
+(install info ``reads_kv_cache``), and token-probe scores of those positions
+(``reads_token_scores``), one longer prompt is also sent twice under a salt
+of its own, the second time served from the cache: both must decide alike
+(``kv_pair``, ``kv_failure``). A layout misread would move the second's
+attention signals, a misplaced score its token probes, so the engine then
+stops reading the cache and keeps salting guarded requests instead.
 """
 from __future__ import annotations
 
@@ -65,19 +66,21 @@ def requests(plan: Plan, tokenizer) -> list[Any]:
     return twins
 
 
-def kv_pair(plan: Plan, tokenizer) -> list[Any]:
-    """Two identical requests under the policies that read K (attention
-    trackers, no token probes), with one salt of their own: sent one after
-    the other, the second is served from the first's cache blocks."""
-    readers = {a.signal for a in plan.analyzers if a.kind == "attention_tracker"}
+def kv_pair(plan: Plan, tokenizer, token_scores: bool = False) -> list[Any]:
+    """Two identical requests under the policies that read what cached
+    positions left behind (attention trackers; token probes too where
+    ``token_scores``), with one salt of their own: sent one after the other,
+    the second is served from the first's cache blocks."""
     per_token = {a.signal for a in plan.analyzers if a.kind == "token_probe"}
+    readers = {a.signal for a in plan.analyzers if a.kind == "attention_tracker"} | (per_token if token_scores else set())
     runnable = policies(plan, tokenizer)
     names = [p.name for p in plan.policies
-             if p.name in runnable and readers & set(p.signals) and not per_token & set(p.signals)]
+             if p.name in runnable and readers & set(p.signals) and (token_scores or not per_token & set(p.signals))]
     if not names:
         return []
     salt = f"innerguard-canary-kv-{uuid.uuid4().hex}"
-    pair = [prepare(plan, _row(i, names, KV_MESSAGE), tokenizer) for i in (2, 3)]
+    sharing = {"share_prefix_cache": True, "share_token_scores": token_scores}
+    pair = [prepare(plan, _row(i, names, KV_MESSAGE), tokenizer, **sharing) for i in (2, 3)]
     for request in pair:
         if request.error:
             raise RuntimeError(f"the canary could not be prepared: {request.error}")

@@ -105,6 +105,7 @@ class GuardedLLM:
         info = install_plan(self.llm, plan)
         self.plan, self.install_info = plan, info
         self.share_prefix_cache = bool(info.get("reads_kv_cache"))
+        self.share_token_scores = bool(info.get("reads_token_scores"))
         log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info["runner"], hooks=len(info["hook_points"]))
 
     def reload(self, policies) -> Plan:
@@ -149,7 +150,8 @@ class GuardedLLM:
                     request = PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc))
             parsed.append(request)
         ready = iter(prepare_many(self.plan, [r for r in parsed if isinstance(r, GuardRequest)], self.tokenizer,
-                                  share_prefix_cache=self.share_prefix_cache))
+                                  share_prefix_cache=self.share_prefix_cache,
+                                  share_token_scores=self.share_token_scores))
         prepared = [next(ready) if isinstance(r, GuardRequest) else r for r in parsed]
         runnable = [p for p in prepared if p.error is None]
         started = time.time()

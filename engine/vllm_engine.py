@@ -153,8 +153,9 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
     forward must reach every hook point, a blocked probe must end after one
     token, and the canary twins (canary.py) must be decided alike and whole.
     On any failure the previous plan keeps serving. Where the workers read K
-    of prefix-cached positions back, a cache hit must decide as the computed
-    prompt did, or they stop reading it (guarded requests keep a salt)."""
+    (and token-probe scores) of prefix-cached positions back, a cache hit
+    must decide as the computed prompt did, or they stop reading them
+    (guarded requests keep a salt)."""
     from vllm import SamplingParams
 
     try:
@@ -181,7 +182,7 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
         raise _self_check_error(failure)
     if info.get("reads_kv_cache"):
         try:
-            pair = canary.kv_pair(plan, llm.get_tokenizer())
+            pair = canary.kv_pair(plan, llm.get_tokenizer(), bool(info.get("reads_token_scores")))
             outs = [llm.generate([_prompt(r)], [_canary_params(r)], use_tqdm=False)[0] for r in pair]
             info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
             wrong = canary.kv_failure(pair, llm.collective_rpc("innerguard_take_results", args=([r.key for r in pair],))[0], cached)
@@ -189,7 +190,7 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
             wrong = f"{type(exc).__name__}: {exc}"
         if wrong:
             llm.collective_rpc("innerguard_kv_readback", args=(False,))
-            info["reads_kv_cache"] = False
+            info["reads_kv_cache"] = info["reads_token_scores"] = False
             _warn_kv_readback_off(wrong)
     llm.collective_rpc("innerguard_commit", args=(bundle,))
     return info
@@ -229,7 +230,7 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
         raise _self_check_error(failure)
     if info.get("reads_kv_cache"):
         try:
-            pair = canary.kv_pair(plan, engine_client.get_tokenizer())
+            pair = canary.kv_pair(plan, engine_client.get_tokenizer(), bool(info.get("reads_token_scores")))
             outs = [await _drain(engine_client.generate(_prompt(r), _canary_params(r), request_id=r.key)) for r in pair]
             info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
             results = (await engine_client.collective_rpc("innerguard_take_results", args=([r.key for r in pair],)))[0]
@@ -238,7 +239,7 @@ async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
             wrong = f"{type(exc).__name__}: {exc}"
         if wrong:
             await engine_client.collective_rpc("innerguard_kv_readback", args=(False,))
-            info["reads_kv_cache"] = False
+            info["reads_kv_cache"] = info["reads_token_scores"] = False
             _warn_kv_readback_off(wrong)
     await engine_client.collective_rpc("innerguard_commit", args=(bundle,))
     return info
@@ -250,9 +251,9 @@ def _cached_tokens(outs) -> int:
 
 
 def _warn_kv_readback_off(wrong: str) -> None:
-    # The workers were told to stop reading K back: guarded requests keep a
-    # cache salt. Slower, never wrong.
-    log.warning("K read back from vLLM's KV cache did not decide as computed K did; "
+    # The workers were told to stop reading cached positions back: guarded
+    # requests keep a cache salt. Slower, never wrong.
+    log.warning("a prefix-cache hit did not decide as the computed prompt did; "
                 "guarded requests keep a cache salt (no prefix-cache sharing)", reason=wrong)
 
 

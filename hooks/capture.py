@@ -28,6 +28,7 @@ class Captures:
     residual_last: dict[int, torch.Tensor] = field(default_factory=dict)
     token_scores: dict[str, torch.Tensor] = field(default_factory=dict)  # token_probe signal -> [prompt tokens]
     first_computed: int | None = None  # the first prompt position this request computed itself
+    scores_filled: bool = False  # token scores of the positions before it came from the cache
 
     def seek(self, position: int, end: int) -> None:
         """This step computes prompt positions ``[position, end)``."""
@@ -54,7 +55,7 @@ class Captures:
         self.start = 0
 
     def clear(self) -> None:
-        self.start, self.end, self.first_computed = None, 0, None
+        self.start, self.end, self.first_computed, self.scores_filled = None, 0, None, False
         self.k, self.q_last, self.q_query, self.residual_last, self.token_scores = {}, {}, {}, {}, {}
 
 

@@ -28,6 +28,7 @@ from .request_args import BadArguments, check_positions, read_args
 from .results import ResultStore
 from .runner_view import RowSpan, StepEvents
 from .steer import ActiveSteer, steer_rows
+from .token_score_cache import PromptScores
 from .verdicts import attach
 
 log = logging.getLogger("innerguard")
@@ -137,6 +138,7 @@ class Lifecycle:
         self._steered: dict[int, list[tuple[np.ndarray, int]]] = {}  # this step's add-steered rows and slots, by layer
         self._attached = False
         self.kv_readback = True  # off when the install canary saw a cache hit decide otherwise
+        self.prompt_scores = PromptScores(reader, self.counters)  # token-probe scores of cached positions
 
     # -- plans ----------------------------------------------------------------
     def runtimes(self) -> list:
@@ -174,6 +176,7 @@ class Lifecycle:
         for runtime in [r for r in self.retiring if r.live == 0 and r.retired_at <= cutoff]:
             runtime.uninstall()
             self.retiring.remove(runtime)
+            self.prompt_scores.drop(runtime.bundle)
 
     def runtime_for(self, bundle: str | None):
         """(runtime, error) for a request prepared for ``bundle``."""
@@ -249,6 +252,7 @@ class Lifecycle:
 
     def forget(self, req_id: str) -> None:
         state = self.states.pop(req_id, None)
+        self.prompt_scores.forget(req_id)
         if state is None:
             return
         state.captures.clear()
@@ -440,10 +444,23 @@ class Lifecycle:
         self.results.put(state.key, result, state.group.digest)
 
     def fill_prefix(self, state: RequestState) -> None:
-        """K of the prompt tokens this request was served from the prefix
-        cache: from a sibling that computed them, the reranker's calibration
-        pass, or vLLM's KV cache itself."""
-        start, layers = state.captures.start, state.qk_layers
+        """What the prompt tokens this request was served from the prefix
+        cache would have given: their token-probe scores (from the steps that
+        computed them), and their K (from a sibling that computed them, the
+        reranker's calibration pass, or vLLM's KV cache itself)."""
+        start = state.captures.start
+        if state.token_probes:
+            if not self.kv_readback:
+                raise RuntimeError(f"{start} prompt tokens came from the prefix cache and their token scores "
+                                   "are not read back here")
+            self.prompt_scores.fill(state, start)
+            state.captures.scores_filled = True
+        if state.qk_layers:
+            self._fill_keys(state, start, state.qk_layers)
+        else:
+            state.captures.prepend({})
+
+    def _fill_keys(self, state: RequestState, start: int, layers) -> None:
         prefix = None
         for req_id in state.group.members:
             other = self.states.get(req_id)
@@ -477,6 +494,15 @@ class Lifecycle:
         """Whether K of cached prompt positions can be read back here."""
         return self.kv_readback and kv_cache.layout_of(modules.attention(0), self.reader.kv_cache(0)) is not None
 
+    def reads_token_scores(self) -> bool:
+        """Whether token-probe scores of cached prompt positions can be read back here."""
+        return self.kv_readback and self.prompt_scores.available()
+
+    def keep_token_scores(self, runtime) -> None:
+        """After a step's forward, before its decisions: the token scores it computed."""
+        if self.kv_readback:
+            self.prompt_scores.keep(runtime.rows)
+
     def stats(self) -> dict[str, Any]:
         self.results.expire()
         self.calibrations.expire()
@@ -489,7 +515,8 @@ class Lifecycle:
             "groups": len(self.groups),
             "pending_results": len(self.results),
             "pending_calibrations": len(self.calibrations),
-            **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions", "keys_from_kv_cache")},
+            **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions", "keys_from_kv_cache",
+                                                          "token_scores_from_cache", "token_score_writes_failed")},
             "runtimes": [
                 {"bundle": r.bundle, "role": roles.get(id(r), "retiring"), "live": r.live, "hooks": r.num_hooks}
                 for r in self.runtimes()

@@ -132,6 +132,8 @@ class StepReader(Protocol):
 
     def block_ids(self, req_id: str) -> list[int] | None: ...
 
+    def block_size(self) -> int | None: ...
+
 
 class V1RunnerReader:
     """vLLM's V1 ``GPUModelRunner`` (and the CPU runner derived from it): a
@@ -203,6 +205,10 @@ class V1RunnerReader:
     def block_ids(self, req_id: str):
         groups = getattr(self._runner.requests.get(req_id), "block_ids", None)
         return list(groups[0]) if groups and len(groups) == 1 else None  # one KV cache group: full attention
+
+    def block_size(self) -> int | None:
+        # Every block of a request is in its block ids, those of later chunks too.
+        return getattr(getattr(self._runner, "cache_config", None), "block_size", None)
 
 
 class V2RunnerReader:
@@ -314,6 +320,9 @@ class V2RunnerReader:
         # The blocks it was admitted with: its prefix-cached positions are
         # all there (later chunks only append blocks).
         return self._requests.get(req_id, _UNKNOWN).block_ids
+
+    def block_size(self) -> None:
+        return None  # the blocks of later chunks are not tracked: no token scores kept for cache hits
 
 
 def _first_positions(positions, qsl: np.ndarray, num_computed) -> list[int]:

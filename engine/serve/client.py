@@ -60,7 +60,7 @@ class GuardedEngineClient:
         final_only = params.output_kind == RequestOutputKind.FINAL_ONLY
         if final_only:  # see the verdict after the first step, not at the end
             params.output_kind = RequestOutputKind.CUMULATIVE
-        salt = self._guard.cache_salt(ctx.tenant, client_salt, prepared.cache_salt)
+        salt = self._guard.cache_salt(ctx.tenant, client_salt, prepared.cache_salt, prepared.shared_salt)
         engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids), **({"cache_salt": salt} if salt else {})}
         if prepared.calibration is not None:
             await self._calibrate(prepared, request_id)
@@ -98,7 +98,8 @@ class GuardedEngineClient:
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)
-        prepared = prepare(plan, request, self._guard.tokenizer, share_prefix_cache=self._guard.share_prefix_cache)
+        prepared = prepare(plan, request, self._guard.tokenizer, share_prefix_cache=self._guard.share_prefix_cache,
+                           share_token_scores=self._guard.share_token_scores)
         if prepared.error is None and ctx.route == "chat":
             # vLLM rendered the conversation; the spans are ours. They must
             # describe the very tokens the model reads.

@@ -37,7 +37,8 @@ class ServerGuard:
         self.options = options
         self.audit = audit
         self.model_name = model_name
-        self.share_prefix_cache = False  # set from the install info: the workers read K back from the KV cache
+        self.share_prefix_cache = False  # set from the install info (use_install_info)
+        self.share_token_scores = False
         self.fetcher = DecisionFetcher(engine)
         self._tenant_secret = secrets.token_hex(16)  # tenant salts cannot be guessed from outside
         self.started = time.time()
@@ -57,18 +58,28 @@ class ServerGuard:
             return headers.get(self.options.tenant_header.lower())
         return None
 
-    def cache_salt(self, tenant: str | None, client_salt: str | None, request_salt: str | None) -> str | None:
-        """The salt a request is sent with. The guard's own (one request's,
-        unique) wins; under ``isolate_tenants`` every other request is salted
-        by its tenant (no tenant is a tenant of its own), so no tenant is
-        served from, or can time, another's prefix cache; a client's own
-        ``cache_salt`` narrows that further."""
-        if request_salt is not None:
+    def use_install_info(self, info: Mapping[str, Any]) -> None:
+        """What the workers read back for prefix-cached positions, as the last install (or reload) found."""
+        self.share_prefix_cache = bool(info.get("reads_kv_cache"))
+        self.share_token_scores = bool(info.get("reads_token_scores"))
+
+    def cache_salt(self, tenant: str | None, client_salt: str | None, request_salt: str | None,
+                   shared: bool = False) -> str | None:
+        """The salt a request is sent with. The guard's own one-request salt
+        wins; under ``isolate_tenants`` every other request is salted by its
+        tenant (no tenant is a tenant of its own), so no tenant is served
+        from, or can time, another's prefix cache; a client's own
+        ``cache_salt`` narrows that further. A ``shared`` guard salt (token
+        probes) is narrowed the same way."""
+        if request_salt is not None and not shared:
             return request_salt
-        if not self.options.isolate_tenants:
-            return client_salt
-        digest = hashlib.sha256(f"{self._tenant_secret}\0{tenant or ''}\0{client_salt or ''}".encode())
-        return f"innerguard-tenant-{digest.hexdigest()[:32]}"
+        salt = client_salt
+        if self.options.isolate_tenants:
+            digest = hashlib.sha256(f"{self._tenant_secret}\0{tenant or ''}\0{client_salt or ''}".encode())
+            salt = f"innerguard-tenant-{digest.hexdigest()[:32]}"
+        if request_salt is None or salt is None:
+            return request_salt or salt
+        return f"{request_salt}-{hashlib.sha256(salt.encode()).hexdigest()[:32]}"
 
     def tags_of(self, headers: Mapping[str, str]) -> tuple[str, ...]:
         if not self.options.tags_header:

@@ -45,7 +45,7 @@ class Reloader:
             old = self.guard.plan
             try:
                 plan, _ = await asyncio.to_thread(compile_policies, self.sources, self.model_dir)
-                await self._install(self.guard.engine, plan)
+                info = await self._install(self.guard.engine, plan)
             except Exception as exc:  # compile, load or self-check: the old plan keeps serving
                 error = str(exc) if isinstance(exc, InnerguardError) else f"{type(exc).__name__}: {exc}"
                 outcome = {"result": "failed", "at": _iso(time.time()), "reason": reason,
@@ -53,6 +53,7 @@ class Reloader:
                 self.guard.log.error("policy reload failed; the last good revision keeps serving",
                                      reason=reason, error=error, bundle_hash=old.bundle_hash)
             else:
+                self.guard.use_install_info(info)  # the canary may have turned read-back off
                 self.guard.plan = plan  # atomic: requests read it once, when prepared
                 metrics.record_bundle(old.bundle_hash, plan.bundle_hash)
                 outcome = {"result": "ok", "at": _iso(time.time()), "reason": reason,

@@ -64,3 +64,17 @@ def test_the_shipped_rows_cut_whole_blocks():
             assert 0 <= start < end <= len(data)
             assert start == 0 or data[start - 1] == "\n", row["id"]
             assert end == len(data) or data[end] == "\n", row["id"]
+
+
+def test_encoded_rows_are_benign_fit_only_rows_that_do_not_calibrate(script, pools, monkeypatch):
+    monkeypatch.setattr(script, "wrap", lambda style, text, rng: f"<<{text}>>")
+    rows = script.encoded_rows(pools, 30, seed=5, first=100)
+    assert [r["id"] for r in rows] == [f"fit-{100 + i:04d}" for i in range(30)]
+    assert {r["style"] for r in rows} == set(script.STYLES) - {"corpus"}
+    for row in rows:
+        start, end = row["inserted"]
+        assert row["label"] == 0 and row["calibrate"] is False and row["group"].startswith("encoded:")
+        cut = row["data"][start:end]
+        assert cut.startswith("<<") and cut.endswith(">>") and row["source"] == "innerguard:encoded"
+    dev = [json.loads(line) for line in (ROOT / "data" / "injection" / "dev.jsonl").read_text("utf-8").splitlines()]
+    assert not any(r.get("source") == "innerguard:encoded" for r in dev)

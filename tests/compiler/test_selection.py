@@ -40,13 +40,26 @@ def test_the_shipped_selection_shares_the_prefix_cache_and_an_enforced_steer_doe
     # must not cost its requests the prefix cache (a unique cache salt).
     from dataclasses import replace
 
-    from innerguard.engine.requests.prepare import cache_salt
+    from innerguard.engine.requests.prepare import CacheSharing, cache_salt
 
+    both = CacheSharing(keys=True, token_scores=True)
     selected = select_policies(plan, GuardRequest(id="r", prompt="x"))
     assert [p.mode for p in selected if p.name == "medical-topic-steer"] == ["shadow"]
-    assert cache_salt(selected, rerank=False, share_prefix_cache=True) is None
+    assert cache_salt(selected, False, both) == (None, False)
     enforced = [replace(p, mode="enforce") if p.name == "medical-topic-steer" else p for p in selected]
-    salts = {cache_salt(enforced, rerank=False, share_prefix_cache=True) for _ in range(2)}
-    assert len(salts) == 2 and None not in salts  # unique per request
-    assert cache_salt(selected, rerank=True, share_prefix_cache=True) is not None
-    assert cache_salt(selected, rerank=False, share_prefix_cache=False) is not None
+    salts = {cache_salt(enforced, False, both) for _ in range(2)}
+    assert len(salts) == 2 and all(salt and not shared for salt, shared in salts)  # unique per request
+    assert cache_salt(selected, True, both)[0] is not None
+    assert cache_salt(selected, False, CacheSharing(keys=False, token_scores=True))[0] is not None
+
+
+def test_token_probe_requests_share_one_salt_per_plan_and_probes_only_where_scores_are_read_back(plan):
+    from innerguard.engine.requests.prepare import CacheSharing, cache_salt
+
+    selected = select_policies(plan, GuardRequest(id="r", prompt="x"))
+    probes = frozenset({next(iter(selected[0].signals))})  # one of its signals, treated as a token probe
+    both = CacheSharing(keys=True, token_scores=True)
+    first, again, other = (cache_salt(selected, False, both, probes, bundle) for bundle in ("b1", "b1", "b2"))
+    assert first == again and first[1] and first[0].startswith("innerguard-tokens-") and other[0] != first[0]
+    unique = {cache_salt(selected, False, CacheSharing(keys=True, token_scores=False), probes, "b1") for _ in range(2)}
+    assert len(unique) == 2 and not any(shared for _, shared in unique)

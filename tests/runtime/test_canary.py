@@ -13,6 +13,7 @@ from innerguard.engine import canary
 from innerguard.engine.compiler import compile_policies
 
 POLICIES = Path(__file__).parent / "policies"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +116,16 @@ def test_a_cache_hit_that_decides_otherwise_is_reported_in_one_line(plan_and_pai
     results = _pair_results(pair)
     results.pop(pair[1].key)
     assert "got no decision" in canary.kv_failure(pair, results, cached_tokens=256)
+
+
+@pytest.mark.model
+def test_the_cache_canary_runs_token_probes_where_their_scores_are_read_back(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    probe = ROOT / "examples" / "prompt-injection-token-probe" / "prompt-injection-token-probe.yaml"
+    plan, _ = compile_policies([POLICIES / "injection.yaml", probe], smollm2_dir)
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    assert [p.name for p in canary.kv_pair(plan, tokenizer)[0].policies] == ["injection"]
+    first, second = canary.kv_pair(plan, tokenizer, token_scores=True)
+    assert [p.name for p in first.policies] == ["injection", "prompt-injection"]
+    assert first.cache_salt == second.cache_salt and first.cache_salt.startswith("innerguard-canary-kv-")

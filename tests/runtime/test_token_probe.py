@@ -1,7 +1,8 @@
 """The token-level probe (analyzer token_probe) inside vLLM's compiled
 engine equals the independent Hugging Face reference, whether the prompt is
-computed in one step or in 64-token chunks, and its requests never reuse
-prefix-cached tokens (it scores every data token)."""
+computed in one step, in 64-token chunks, or partly served from the prefix
+cache (the scores of cached positions are read back from the steps that
+computed them, hooks/token_score_cache.py)."""
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,7 @@ SIGNAL = "prompt-injection.injected"  # examples/prompt-injection-token-probe, s
 @pytest.fixture(scope="module")
 def probe(policy_dir):
     tensors = load_file(str(policy_dir / "artifacts" / "smollm2-135m-instruct.injection-token-probe.safetensors"))
-    return {layer: tensors[f"weight.{layer}"] for layer in (6, 12, 18)}, float(tensors["bias"][0])
+    return {int(k.split(".")[1]): t for k, t in tensors.items() if k.startswith("weight.")}, float(tensors["bias"][0])
 
 
 def _rows(prefix: str):
@@ -27,24 +28,38 @@ def _rows(prefix: str):
     return [row(i, ["prompt-injection"], data=d, rid=f"{prefix}{i}") for i, d in enumerate(datas)]
 
 
-def _check(llm, reference, probe, rows):
+def _check(llm, reference, probe, rows, cached=False):
     model, _ = reference
     weights, bias = probe
     outs = llm.run(rows)
     for r, out in zip(rows, outs):
         assert out.error is None, out.error
         ids, spans = prepared(llm, r)
-        assert out.prefill_tokens == len(ids)  # salted: no token came from the prefix cache
+        if cached and len(ids) > 128:  # a whole CPU block of it was served from the cache
+            assert out.prefill_tokens < len(ids), (r["id"], out.prefill_tokens, len(ids))
         got = out.signals[SIGNAL]
         want = reference_token_probe(model, ids, weights, bias, spans["prompt-injection"]["data"], 12)
         assert abs(got - want) <= 1e-3 + 1e-4 * abs(want), (r["id"], got, want)
     return outs
 
 
-def test_token_probe_matches_the_reference(guarded, reference, probe):
+def test_token_probe_matches_the_reference_on_prefix_cache_hits(guarded, reference, probe):
+    assert guarded.install_info["reads_token_scores"] and guarded.share_token_scores
+    before = guarded.llm.collective_rpc("innerguard_stats")[0]["token_scores_from_cache"]
     outs = _check(guarded, reference, probe, _rows("tp"))
-    again = _check(guarded, reference, probe, _rows("tp"))  # the same prompts: still computed whole
+    again = _check(guarded, reference, probe, _rows("tp"), cached=True)  # the same prompts, from the cache
     assert [o.signals[SIGNAL] for o in outs] == pytest.approx([o.signals[SIGNAL] for o in again], abs=1e-4)
+    counters = guarded.llm.collective_rpc("innerguard_stats")[0]
+    assert counters["token_scores_from_cache"] - before >= 2 and counters["token_score_writes_failed"] == 0
+
+
+def test_unguarded_blocks_never_serve_a_token_probe(guarded, reference, probe):
+    # The same prompt unguarded first: its blocks were never scored, and the
+    # token probe's requests carry a salt of their own, so they are computed.
+    r = row(9, ["prompt-injection"], data=long_text(10), rid="tp-unguarded")
+    guarded.run([{**r, "policies": []}])
+    (out,) = _check(guarded, reference, probe, [r])
+    assert out.prefill_tokens == len(prepared(guarded, r)[0])
 
 
 def test_token_probe_matches_the_reference_in_chunks(chunked, reference, probe):
