@@ -73,6 +73,8 @@ class ServerGuard:
         probes) is narrowed the same way."""
         if request_salt is not None and not shared:
             return request_salt
+        if client_salt is not None and client_salt.startswith("innerguard-"):
+            client_salt = f"client:{client_salt}"  # never the guard's own salts (unscored blocks under a probe's)
         salt = client_salt
         if self.options.isolate_tenants:
             digest = hashlib.sha256(f"{self._tenant_secret}\0{tenant or ''}\0{client_salt or ''}".encode())

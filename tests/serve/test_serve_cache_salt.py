@@ -26,3 +26,10 @@ def test_a_shared_token_probe_salt_is_narrowed_by_tenant_and_client():
     assert guard.cache_salt("acme", "mine", shared, shared=True) not in (acme, shared)
     assert _guard(isolate=False).cache_salt("acme", None, shared, shared=True) == shared
     assert _guard(isolate=False).cache_salt("acme", "mine", shared, shared=True).startswith(shared + "-")
+
+
+def test_a_client_cannot_send_its_request_under_a_guard_salt():
+    # Unscored blocks under a token probe's shared salt would make its requests fail closed.
+    guard = _guard(isolate=False)
+    assert guard.cache_salt(None, "innerguard-tokens-x", None) != "innerguard-tokens-x"
+    assert guard.cache_salt(None, "innerguard-tokens-x", None) == guard.cache_salt(None, "innerguard-tokens-x", None)
