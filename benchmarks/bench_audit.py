@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_audit.py [--requests 10000] [--rounds 3]
 
-Worker results for the shipped policies (three decisions per request) are
+Worker results for the shipped policies (four decisions per request) are
 made up front; the timed part enqueues them as fast as one thread can and
 waits until all are durable. Reported per durability mode: records/s from
 the first enqueue to the last durable record, the caller's cost per

@@ -121,10 +121,10 @@ TPR at the threshold, FPR per style) are printed and stored in the metadata. Put
 the policy rule (when: injected > T). Memory: every row's data tokens are kept (float32, ~2.3 KB a token
 and layer of a 576-wide model: ~7 GB at nine layers for data/injection/fit.jsonl).
 
-example (examples/prompt-injection-token-probe/):
+the shipped prompt-injection policy's probe (policies/prompt-injection.yaml):
   innerguard build token-probe --model smollm2-135m-instruct --data data/injection/fit.jsonl \\
       --layers 3,6,9,12,15,18,21,24,27 --window 12 --target-fpr 0.02 --hard-negatives 2 \\
-      --out examples/prompt-injection-token-probe/artifacts/smollm2-135m-instruct.injection-token-probe.safetensors
+      --out policies/artifacts/smollm2-135m-instruct.injection-token-probe.safetensors
 """
 
 REPRODUCE_EPILOG = """\

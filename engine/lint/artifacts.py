@@ -34,7 +34,7 @@ from innerguard.engine.policy.diagnostics import Finding, Location
 from innerguard.engine.policy.model import ArtifactRef, Policy
 from innerguard.engine.policy.yamlsafe import Marks
 
-MAKE_HINT = ("build it with: innerguard build heads|vector|probe (innerguard build --help); "
+MAKE_HINT = ("build it with: innerguard build heads|vector|probe|token-probe (innerguard build --help); "
              "the shipped artifacts' recipes: data/artifacts/README.md")
 MAX_HEADER = 16 << 20
 PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".pkl", ".pickle", ".ckpt", ".npy", ".npz", ".joblib"}

@@ -151,7 +151,7 @@ _RULES = [
     # -- artifacts -----------------------------------------------------------
     RuleInfo("IG501", E, "artifact missing",
              "A referenced artifact file does not exist. Artifact paths are relative to the policy file. innerguard's own artifacts are built by innerguard build (heads, vector, probe) from the data in data/artifacts/; each records its recipe.",
-             "Build the artifact (innerguard build heads|vector|probe ... --out PATH) or fix the path."),
+             "Build the artifact (innerguard build heads|vector|probe|token-probe ... --out PATH) or fix the path."),
     RuleInfo("IG502", E, "artifact path escapes the policy folder",
              "Artifact paths must be relative and stay inside the policy file's folder: no absolute paths, no '..' segments. A policy bundle must be self-contained and must not read arbitrary files of the host.",
              "Copy the artifact next to the policy (e.g. artifacts/) and reference it relatively."),

@@ -29,15 +29,16 @@ def result(i: int, plan, rng: random.Random) -> dict:
     one in four, a failed analyzer now and then."""
     injected = rng.random() < 0.2
     signals = {
-        "prompt-injection.focus": rng.betavariate(2, 6) if injected else rng.betavariate(6, 9),
-        "prompt-injection.override_phrase": injected and rng.random() < 0.6,
+        "prompt-injection.injected": rng.gauss(5.5, 1.5) if injected else rng.gauss(-2.0, 2.0),
+        "prompt-injection-attention.focus": rng.betavariate(2, 6) if injected else rng.betavariate(6, 9),
+        "prompt-injection-attention.override_phrase": injected and rng.random() < 0.6,
         "medical-topic-steer.medical": rng.betavariate(5, 2) if rng.random() < 0.25 else rng.betavariate(1, 8),
         "rag-relevance.relevance": [rng.random() ** 2 for _ in range(rng.randint(1, 5))],
     }
     errors = {}
     if i % 97 == 5:
-        signals.pop("prompt-injection.focus")
-        errors["prompt-injection.focus"] = "attention_tracker: no untrusted span in the prompt"
+        signals.pop("prompt-injection.injected")
+        errors["prompt-injection.injected"] = "token_probe: no untrusted span in the prompt"
     out = decide(plan.policies, signals, errors, {})
     return {"id": f"k{i}", **out, "signals": signals, "details": {}, "errors": errors, "prefill_tokens": 90 + i % 40,
             "num_prompt_tokens": 90 + i % 40, "analysis_ms": 0.8 + (i % 7) * 0.1, "decision_latency_ms": 4.0 + i % 11}
@@ -52,7 +53,7 @@ def request(i: int, received_at: float | None = None) -> RequestInfo:
 
 
 def write_log(path, n: int, *, seed: int = 0, key: bytes | None = KEY, spread_s: float = 0.0, **options) -> list:
-    """A closed log of ``n`` requests (three decisions each); returns the acks."""
+    """A closed log of ``n`` requests (four decisions each); returns the acks."""
     plan = shipped_plan()
     rng = random.Random(seed)
     start = time.time() - spread_s

@@ -37,7 +37,8 @@ def test_records_of_a_real_guarded_run_validate_and_verify(smollm2_dir, tmp_path
     assert all(out.decisions for out in outputs)
     assert report.records == 2 + sum(len(out.decisions) + 1 for out in outputs)  # open, close; decisions and a completion each
     lines = log.path.read_bytes().splitlines(keepends=True)
-    assert any(b'"gen_ai.evaluation.name":"prompt-injection.focus"' in line for line in lines)
+    assert any(b'"gen_ai.evaluation.name":"prompt-injection.injected"' in line for line in lines)
+    assert any(b'"gen_ai.evaluation.name":"prompt-injection-attention.focus"' in line for line in lines)
     assert b'"request_id":"g' in lines[2]
     lines[2] = lines[2].replace(b'"request_id":"g', b'"request_id":"x')
     log.path.write_bytes(b"".join(lines))

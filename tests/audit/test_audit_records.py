@@ -38,18 +38,20 @@ def _evaluations(record, rule):
 
 
 def test_every_signal_comparison_carries_its_threshold_and_margin(plan):
-    pi = _policy(plan, "prompt-injection")
-    signals = {"prompt-injection.focus": 0.12, "prompt-injection.override_phrase": True}
-    result = {"action": "block", "blocked": True, "decisions": [_decision(pi, action="block", rule_action="block", rule="block-distracted-attention", signals=signals)]}
+    pi = _policy(plan, "prompt-injection-attention")
+    signals = {"prompt-injection-attention.focus": 0.12, "prompt-injection-attention.override_phrase": True}
+    # shadow mode (as shipped): the decision would block, the request is allowed
+    result = {"action": "allow", "decisions": [_decision(pi, action="block", rule_action="block", rule="block-distracted-attention", signals=signals)]}
     (record,) = _records(plan, result)
     (focus,) = _evaluations(record, "block-distracted-attention")
-    assert focus["gen_ai.evaluation.name"] == "prompt-injection.focus"
+    assert focus["gen_ai.evaluation.name"] == "prompt-injection-attention.focus"
     assert (focus["op"], focus["threshold"], focus["gen_ai.evaluation.score.value"]) == ("<", 0.24, 0.12)
     assert focus["margin"] == pytest.approx(-0.12) and focus["gen_ai.evaluation.score.label"] == "triggered"
     confirmed = {e["gen_ai.evaluation.name"]: e for e in _evaluations(record, "block-confirmed-override")}
-    assert confirmed["prompt-injection.focus"]["threshold"] == 0.4
-    assert confirmed["prompt-injection.override_phrase"]["gen_ai.evaluation.score.label"] == "true"
-    assert record["result"]["rules"] == ["block-distracted-attention"] and record["result"]["action"] == "block"
+    assert confirmed["prompt-injection-attention.focus"]["threshold"] == 0.4
+    assert confirmed["prompt-injection-attention.override_phrase"]["gen_ai.evaluation.score.label"] == "true"
+    assert record["result"]["rules"] == ["block-distracted-attention"]
+    assert (record["result"]["action"], record["result"]["would_action"]) == ("allow", "block")
     assert record["signals"] == signals
 
 
@@ -78,15 +80,15 @@ def test_shadow_mode_records_allow_and_the_steering_it_would_have_done(plan):
 
 def test_a_policy_that_could_not_be_evaluated_says_whether_it_failed_closed_or_open(plan):
     pi, rag = _policy(plan, "prompt-injection"), _policy(plan, "rag-relevance")
-    result = {"action": "block", "blocked": True, "errors": {"prompt-injection.focus": "no untrusted span"}, "decisions": [
-        _decision(pi, action="block", rule_action="block", rule="block-distracted-attention", error="rule could not be evaluated; fail-closed",
-                  signals={"prompt-injection.focus": None, "prompt-injection.override_phrase": False}),
+    result = {"action": "block", "blocked": True, "errors": {"prompt-injection.injected": "no untrusted span"}, "decisions": [
+        _decision(pi, action="block", rule_action="block", rule="block-injected-instruction", error="rule could not be evaluated; fail-closed",
+                  signals={"prompt-injection.injected": None}),
         _decision(rag, error="rule could not be evaluated; fail-open", signals={"rag-relevance.relevance": None}),
     ]}
     closed, opened = _records(plan, result)
     assert (closed["result"]["failed"], opened["result"]["failed"]) == ("closed", "open")
-    assert closed["errors"] == {"prompt-injection.focus": "no untrusted span"}
-    assert _evaluations(closed, "block-distracted-attention")[0]["gen_ai.evaluation.score.label"] == "error"
+    assert closed["errors"] == {"prompt-injection.injected": "no untrusted span"}
+    assert _evaluations(closed, "block-injected-instruction")[0]["gen_ai.evaluation.score.label"] == "error"
 
 
 def test_prompt_text_is_not_stored_only_its_keyed_hash_and_length(plan):
@@ -106,7 +108,7 @@ def test_storing_content_is_a_per_policy_opt_in(plan):
     result = {"decisions": [_decision(p) for p in plan.policies]}
     records = _records(plan, result, RecordBuilder(key=KEY, store_content={"prompt-injection"}))
     stored = {r["policy"]["name"]: r["input"]["prompt"].get("text") for r in records}
-    assert stored == {"prompt-injection": PROMPT, "medical-topic-steer": None, "rag-relevance": None}
+    assert stored == {"prompt-injection": PROMPT, "prompt-injection-attention": None, "medical-topic-steer": None, "rag-relevance": None}
 
 
 def test_redaction_rules_erase_and_mask_named_fields_like_opa(plan):

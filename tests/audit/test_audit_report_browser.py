@@ -1,5 +1,5 @@
 """The HTML report in a real browser: headless Chromium renders its charts and
-tables for a log of 3,000 mixed decisions (1,000 requests, three policies)."""
+tables for a log of 4,000 mixed decisions (1,000 requests, four policies)."""
 from __future__ import annotations
 
 import os
@@ -47,11 +47,11 @@ def test_the_report_renders_its_charts_and_tables_in_chromium(report):
     assert len(re.findall(r'<rect class="bar"', dom)) > 50  # the timeline's stacked bars
     histograms = re.findall(r'<svg class="chart histogram"', dom)
     assert len(histograms) >= 4
-    assert re.search(r'data-signal="prompt-injection.focus".*?data-threshold="0.24"', dom, re.S)
+    assert re.search(r'data-signal="prompt-injection.injected".*?data-threshold="3.9141"', dom, re.S)
     totals = dom.split('<table class="totals">')[1].split("</table>")[0]
-    assert totals.count("<tr>") == 1 + 3  # header and one row per policy
+    assert totals.count("<tr>") == 1 + 4  # header and one row per policy
     blocked = dom.split('<table class="blocked">')[1].split("</table>")[0]
-    assert blocked.count("<tr>") > 100 and "focus=" in blocked
+    assert blocked.count("<tr>") > 100 and "injected=" in blocked
     assert dom.split('<table class="revisions">')[1].count("<tr>") >= 4
 
 

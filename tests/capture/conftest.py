@@ -1,5 +1,5 @@
 """One guarded engine with the recording worker extension for the capture
-tests: it serves the shipped prompt-injection policy (live decisions, audit
+tests: it serves the shipped attention-tracker policy (live decisions, audit
 log) and records (captures) on the same engine."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # The engine starts with a stable test policy; the replay tests install the
-# shipped prompt-injection policy (whatever its current revision needs).
+# shipped attention-tracker policy (whatever its current revision needs).
 START_POLICY = Path(__file__).resolve().parents[1] / "runtime" / "policies" / "injection.yaml"
 
 

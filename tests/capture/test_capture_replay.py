@@ -1,5 +1,6 @@
-"""Replaying the shipped prompt-injection policy on captures of a labeled set
-gives exactly the decisions of running it live; a changed revision shows
+"""Replaying the shipped attention-tracker policy (prompt-injection-attention,
+switched to enforce mode) on captures of a labeled set gives exactly the
+decisions of running it live; a changed revision shows
 its diff against the audit log; captures that lack what a policy needs are
 named."""
 from __future__ import annotations
@@ -15,7 +16,9 @@ from innerguard.engine.compiler import compile_policies
 
 pytestmark = [pytest.mark.vllm, pytest.mark.model]
 
-POLICY = Path(__file__).resolve().parents[2] / "policies" / "prompt-injection.yaml"
+# Replay rebuilds attention and last-token signals from captures, not the
+# token probe of the shipped prompt-injection policy (replay names it missing).
+SHIPPED = Path(__file__).resolve().parents[2] / "policies" / "prompt-injection-attention.yaml"
 
 BENIGN = [
     "The cat sat on the mat all day and watched the birds outside.",
@@ -39,7 +42,7 @@ INSTRUCTIONS = ["Summarise the text.", "Translate the text into French.", "List 
 def _labeled() -> list[dict]:
     texts = [(t, False) for t in BENIGN] + [(t, True) for t in INJECTED]
     return [{"id": f"r{i}", "instruction": INSTRUCTIONS[i % 3], "data": t, "label": int(bad),
-             "policies": ["prompt-injection"], "max_tokens": 2} for i, (t, bad) in enumerate(texts)]
+             "policies": ["prompt-injection-attention"], "max_tokens": 2} for i, (t, bad) in enumerate(texts)]
 
 
 def _spec_for(policy: Path, model_dir) -> CaptureSpec:
@@ -50,19 +53,30 @@ def _spec_for(policy: Path, model_dir) -> CaptureSpec:
 
 
 @pytest.fixture(scope="module")
-def live_and_captured(recording_guarded, smollm2_dir, capture_audit_path, tmp_path_factory):
+def enforced(tmp_path_factory) -> Path:
+    """The shipped attention policy in enforce mode (it ships in shadow mode)."""
+    folder = tmp_path_factory.mktemp("enforced")
+    text = SHIPPED.read_text()
+    assert "\nmode: shadow\n" in text
+    (folder / SHIPPED.name).write_text(text.replace("\nmode: shadow\n", "\nmode: enforce\n"))
+    shutil.copytree(SHIPPED.parent / "artifacts", folder / "artifacts")
+    return folder / SHIPPED.name
+
+
+@pytest.fixture(scope="module")
+def live_and_captured(recording_guarded, smollm2_dir, capture_audit_path, tmp_path_factory, enforced):
     from vllm import SamplingParams
 
     try:
-        recording_guarded.reload(POLICY)
+        recording_guarded.reload(enforced)
     except Exception as exc:  # another revision of the shipped policy is being written
         pytest.skip(f"the shipped policy does not compile now: {exc}")
     rows = _labeled()
     live = recording_guarded.run(rows, SamplingParams(temperature=0.0, max_tokens=2))
     recording_guarded.audit.flush()
     folder = tmp_path_factory.mktemp("replay") / "caps"
-    capture_to_disk(recording_guarded, rows, _spec_for(POLICY, smollm2_dir), folder)
-    return rows, live, folder, POLICY
+    capture_to_disk(recording_guarded, rows, _spec_for(enforced, smollm2_dir), folder)
+    return rows, live, folder, enforced
 
 
 def test_replay_gives_the_live_decisions(live_and_captured, capture_audit_path):
@@ -87,9 +101,9 @@ def test_a_stricter_revision_shows_what_would_change(live_and_captured, capture_
     text = policy.read_text()
     stricter = text.replace("rules:\n", "rules:\n  - id: replay-test-block-all\n    when: true\n    action: block\n", 1)
     assert stricter != text
-    (tmp_path / "prompt-injection.yaml").write_text(stricter)
+    (tmp_path / policy.name).write_text(stricter)
     shutil.copytree(policy.parent / "artifacts", tmp_path / "artifacts")
-    report = replay(tmp_path / "prompt-injection.yaml", folder, audit=[capture_audit_path])
+    report = replay(tmp_path / policy.name, folder, audit=[capture_audit_path])
     expected = {o.id for o in live if o.action != "block"}
     assert expected and {c.id for c in report.diff.changed} == expected
     assert all(c.after == "block" for c in report.diff.changed)

@@ -21,11 +21,11 @@ def names(plan, **request):
 
 
 def test_untagged_requests_get_the_policies_for_all_requests(plan):
-    assert names(plan) == ["medical-topic-steer", "prompt-injection"]
+    assert names(plan) == ["medical-topic-steer", "prompt-injection", "prompt-injection-attention"]
 
 
 def test_a_tag_adds_the_policies_that_apply_to_it(plan):
-    assert names(plan, tags=("rag",)) == ["medical-topic-steer", "prompt-injection", "rag-relevance"]
+    assert names(plan, tags=("rag",)) == ["medical-topic-steer", "prompt-injection", "prompt-injection-attention", "rag-relevance"]
 
 
 def test_named_policies_replace_selection_and_none_means_unguarded(plan):

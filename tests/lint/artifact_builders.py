@@ -37,3 +37,13 @@ def make_shipped_artifacts(folder: Path) -> None:
     write_heads(art / "smollm2-135m-instruct.injection-heads.safetensors")
     write_vector(art / "smollm2-135m-instruct.medical-concept.safetensors", key="weight", layer=16)
     write_vector(art / "smollm2-135m-instruct.caution-steer.safetensors")
+    write_token_probe(art / "smollm2-135m-instruct.injection-token-probe.safetensors", layers=range(3, 30, 3))
+
+
+def write_token_probe(path: Path, *, layers, size=HIDDEN) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    layers = list(layers)
+    meta = {"model_name": MODEL_NAME, "hidden_size": str(size), "layers": ",".join(map(str, layers))}
+    tensors = {f"weight.{layer}": np.linspace(-1, 1, size, dtype=np.float32) for layer in layers}
+    save_file({**tensors, "bias": np.zeros(1, dtype=np.float32)}, str(path), metadata=meta)
+    return path

@@ -19,7 +19,7 @@ def test_every_shipped_policy_declares_the_schema():
 def test_shipped_policies_lint_clean_without_a_model(shipped):
     report = lint_paths([shipped])
     assert [str(f) for f in report.findings if f.rule != "IG602"] == []
-    assert len(report.files) == 3
+    assert len(report.files) == 4
 
 
 def test_shipped_policies_lint_clean_with_the_model(shipped, model_dir):
@@ -34,23 +34,28 @@ def test_missing_artifacts_name_the_command_that_builds_them(tmp_path):
         shutil.copy(f, tmp_path / f.name)
     report = lint_paths([tmp_path])
     missing = [f for f in report.findings if f.rule == "IG501"]
-    assert missing and all("innerguard build heads|vector|probe" in f.message for f in missing)
+    assert missing and all("innerguard build heads|vector|probe|token-probe" in f.message for f in missing)
 
 
 def test_policy_objects_keep_source_revision_and_compile_to_programs(shipped):
     policies, findings = load_policy_set([shipped])
     assert [f for f in findings if f.severity.value == "error"] == []
     names = sorted(p.name for p in policies)
-    assert names == ["medical-topic-steer", "prompt-injection", "rag-relevance"]
+    assert names == ["medical-topic-steer", "prompt-injection", "prompt-injection-attention", "rag-relevance"]
     injection = policies.by_name("prompt-injection")
     import hashlib
 
     assert injection.revision == hashlib.sha256(injection.source.read_bytes()).hexdigest()
     program = injection.to_program()
     assert isinstance(program, PolicyProgram)
-    assert program.signals == ("prompt-injection.focus", "prompt-injection.override_phrase")
+    assert program.signals == ("prompt-injection.injected",)
     json.dumps([p.__dict__ for p in policies.programs()], default=lambda o: o.__dict__)  # plain data
-    focus = injection.signal("focus")
+    injected = injection.signal("injected")
+    assert injected.analyzer == "token_probe"
+    assert str(injected.weights.path).endswith("injection-token-probe.safetensors")
+    attention = policies.by_name("prompt-injection-attention")
+    assert attention.mode == "shadow"
+    focus = attention.signal("focus")
     assert focus.analyzer == "attention_tracker"
     assert focus.params()["heads"]["artifact"]["path"].endswith("injection-heads.safetensors")
     steer_rule = policies.by_name("medical-topic-steer").rules[0]
@@ -62,16 +67,23 @@ def test_shipped_policies_decide_as_documented(shipped):
     policies, _ = load_policy_set([shipped])
     evaluator = Evaluator(policies.programs())
     benign = {
-        "prompt-injection.focus": 0.8, "prompt-injection.override_phrase": False,
+        "prompt-injection.injected": -2.0,
+        "prompt-injection-attention.focus": 0.8, "prompt-injection-attention.override_phrase": False,
         "medical-topic-steer.medical": 0.1, "rag-relevance.relevance": [0.7, 0.2],
     }
     v = evaluator.evaluate(benign, {"tags": ["rag"]})
     assert v.action == "rerank"
-    injected = {**benign, "prompt-injection.focus": 0.2, "prompt-injection.override_phrase": True}
+    injected = {**benign, "prompt-injection.injected": 5.0}
     v = evaluator.evaluate(injected, {"tags": ["rag"]})
-    assert (v.action, v.policy, v.rule) == ("block", "prompt-injection", "block-distracted-attention")
+    assert (v.action, v.policy, v.rule) == ("block", "prompt-injection", "block-injected-instruction")
     # The refusal names policy and rule but never a signal value (it would help an attacker tune).
-    assert "focus" not in v.message and "prompt-injection 1.0.1" in v.message
+    assert "5.0" not in v.message and "3.9141" not in v.message and "prompt-injection 2.0.0" in v.message
+    # The attention tracker ships in shadow mode: it decides, and is recorded, but never acts.
+    distracted = {**benign, "prompt-injection-attention.focus": 0.2, "prompt-injection-attention.override_phrase": True}
+    v = evaluator.evaluate(distracted, {"tags": ["rag"]})
+    assert v.action == "rerank"
+    (d,) = [d for d in v.decisions if d.policy == "prompt-injection-attention"]
+    assert (d.action, d.rule, d.applied) == ("block", "block-distracted-attention", False)
     medical = {**benign, "medical-topic-steer.medical": 0.6}
     v = evaluator.evaluate(medical)  # no rag tag: rag-relevance does not apply
     assert v.action == "allow" and v.steers == ()  # shipped in shadow mode
@@ -92,9 +104,10 @@ def test_programs_survive_the_plan_json_round_trip(shipped):
     plan = Plan(version="v", model=ModelGeometry("LlamaForCausalLM", 30, 576, 9, 3, 64), qk_captures=(), residual_captures=(),
                 steers=(), analyzers=(), policies=programs, vectors={}, bundle_hash="x")
     again = Plan.from_dict(json.loads(json.dumps(plan.to_dict())))
-    signals = {"prompt-injection.focus": 0.2, "prompt-injection.override_phrase": False,
+    signals = {"prompt-injection.injected": 4.5, "prompt-injection-attention.focus": 0.2,
+               "prompt-injection-attention.override_phrase": False,
                "medical-topic-steer.medical": 0.5, "rag-relevance.relevance": [0.2, 0.9]}
     request = {"tags": ["rag"]}
     a, b = Evaluator(programs).evaluate(signals, request), Evaluator(again.policies).evaluate(signals, request)
-    assert (a.action, a.rule, a.message) == (b.action, b.rule, b.message) == ("block", "block-distracted-attention", a.message)
+    assert (a.action, a.rule, a.message) == (b.action, b.rule, b.message) == ("block", "block-injected-instruction", a.message)
     assert dataclasses.asdict(again.policies[0]) == dataclasses.asdict(programs[0])

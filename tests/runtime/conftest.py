@@ -11,8 +11,9 @@ import torch
 from helpers import make_vector
 
 POLICIES = Path(__file__).parent / "policies"
-# The token-level probe candidate, with its fitted artifact (test_token_probe.py).
-TOKEN_PROBE = Path(__file__).resolve().parents[2] / "examples" / "prompt-injection-token-probe"
+# The shipped token-level probe policy, with its fitted artifact (test_token_probe.py).
+SHIPPED = Path(__file__).resolve().parents[2] / "policies"
+TOKEN_PROBE_ARTIFACT = "smollm2-135m-instruct.injection-token-probe.safetensors"
 
 
 @pytest.fixture(scope="session")
@@ -22,8 +23,8 @@ def policy_dir(tmp_path_factory, smollm2_dir) -> Path:
         shutil.copy(source, folder / source.name)
     make_vector(folder / "artifacts" / "concept.safetensors", smollm2_dir, layer=8, seed=1)
     make_vector(folder / "artifacts" / "steer.safetensors", smollm2_dir, layer=6, seed=2)
-    shutil.copy(TOKEN_PROBE / "prompt-injection-token-probe.yaml", folder / "tokens.yaml")
-    shutil.copytree(TOKEN_PROBE / "artifacts", folder / "artifacts", dirs_exist_ok=True)
+    shutil.copy(SHIPPED / "prompt-injection.yaml", folder / "tokens.yaml")
+    shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, folder / "artifacts" / TOKEN_PROBE_ARTIFACT)
     return folder
 
 

@@ -122,7 +122,7 @@ def test_a_cache_hit_that_decides_otherwise_is_reported_in_one_line(plan_and_pai
 def test_the_cache_canary_runs_token_probes_where_their_scores_are_read_back(smollm2_dir):
     from transformers import AutoTokenizer
 
-    probe = ROOT / "examples" / "prompt-injection-token-probe" / "prompt-injection-token-probe.yaml"
+    probe = ROOT / "policies" / "prompt-injection.yaml"
     plan, _ = compile_policies([POLICIES / "injection.yaml", probe], smollm2_dir)
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
     assert [p.name for p in canary.kv_pair(plan, tokenizer)[0].policies] == ["injection"]

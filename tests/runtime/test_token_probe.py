@@ -14,7 +14,7 @@ from innerguard.engine.reference.scores import reference_token_probe
 
 pytestmark = pytest.mark.vllm
 
-SIGNAL = "prompt-injection.injected"  # examples/prompt-injection-token-probe, served as tokens.yaml
+SIGNAL = "prompt-injection.injected"  # policies/prompt-injection.yaml, served as tokens.yaml
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Requests the server tests send: one allowed and one blocked by the
-shipped prompt-injection policy (measured: focus 0.45 vs 0.31 + phrase)."""
+shipped prompt-injection policy (the demo's texts; its policy tests check both)."""
 from __future__ import annotations
 
 from innerguard.engine.commands.demo import BENIGN, INJECTED, INSTRUCTION

@@ -93,14 +93,15 @@ def test_200_concurrent_clients_through_a_reload_cycle(server, served_policies):
     policy = served_policies / "prompt-injection.yaml"
     original = policy.read_bytes()
     good = [hashlib.sha256(original).hexdigest()]
-    broken_bytes = original.replace(b"when: focus < 0.24", b"when: focus <")
+    broken_bytes = original.replace(b"when: injected > 3.9141", b"when: injected >")
+    assert broken_bytes != original
     outcomes = []
 
     async def reload_cycle():
         admin = {"Authorization": f"Bearer {__import__('serve_process').ADMIN}"}
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
-            for step, data in enumerate((original.replace(b"version: 1.0.1", b"version: 1.0.7"), broken_bytes,
-                                         original.replace(b"version: 1.0.1", b"version: 1.0.8"))):
+            for step, data in enumerate((original.replace(b"version: 2.0.0\n", b"version: 2.0.7\n"), broken_bytes,
+                                         original.replace(b"version: 2.0.0\n", b"version: 2.0.8\n"))):
                 await asyncio.sleep(1.0)
                 policy.write_bytes(data)
                 if step != 1:

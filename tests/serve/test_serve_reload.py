@@ -62,17 +62,19 @@ def test_a_folder_change_reloads_and_a_broken_one_never_serves(server, served_po
     policy = served_policies / "prompt-injection.yaml"
     original = policy.read_text()
     before = server.status()["bundle_hash"]
-    write_atomically(policy, original.replace("version: 1.0.1", "version: 1.0.2"))
+    assert "version: 2.0.0\n" in original
+    write_atomically(policy, original.replace("version: 2.0.0\n", "version: 2.0.1\n"))
     status = wait_for(server, lambda s: s["bundle_hash"] != before)
     assert status["last_reload"]["result"] == "ok" and status["last_reload"]["reason"] == "policy folder changed"
     good = revision_served(server)
-    assert {p["name"]: p["version"] for p in status["policies"]}["prompt-injection"] == "1.0.2"
+    assert {p["name"]: p["version"] for p in status["policies"]}["prompt-injection"] == "2.0.1"
 
     failed_before = metric(server, "innerguard_reload_total", result="failed")
-    broken = original.replace("when: focus < 0.24", "when: focuss < 0.24")
+    broken = original.replace("when: injected > ", "when: injectedd > ")
+    assert broken != original
     write_atomically(policy, broken)
     status = wait_for(server, lambda s: s["last_reload"]["result"] == "failed")
-    assert "focuss" in status["last_reload"]["error"]
+    assert "injectedd" in status["last_reload"]["error"]
     assert metric(server, "innerguard_reload_total", result="failed") == failed_before + 1
     assert revision_served(server) == good  # the last good revision keeps serving
     r = httpx.post(f"{server.url}/v1/chat/completions", json=chat(BLOCKED), headers=KEY, timeout=60)
