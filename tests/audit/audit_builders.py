@@ -24,6 +24,11 @@ def shipped_plan():
     return plan
 
 
+def decisions_per_request() -> int:
+    """``result`` decides every shipped policy: one decision record each."""
+    return len(shipped_plan().policies)
+
+
 def result(i: int, plan, rng: random.Random) -> dict:
     """One request's worker result: injected about one time in five, medical
     one in four, a failed analyzer now and then."""
@@ -53,7 +58,7 @@ def request(i: int, received_at: float | None = None) -> RequestInfo:
 
 
 def write_log(path, n: int, *, seed: int = 0, key: bytes | None = KEY, spread_s: float = 0.0, **options) -> list:
-    """A closed log of ``n`` requests (four decisions each); returns the acks."""
+    """A closed log of ``n`` requests (``decisions_per_request()`` each); returns the acks."""
     plan = shipped_plan()
     rng = random.Random(seed)
     start = time.time() - spread_s

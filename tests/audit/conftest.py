@@ -23,6 +23,6 @@ def plan(smollm2_dir):
 
 @pytest.fixture
 def closed_log(tmp_path, plan):
-    """A closed, signed log of 20 requests (60 decisions) in one file."""
+    """A closed, signed log of 20 requests (a decision per shipped policy each) in one file."""
     write_log(tmp_path / "audit", 20, key=KEY)
     return tmp_path / "audit" / "audit.jsonl"

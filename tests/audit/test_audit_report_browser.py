@@ -1,5 +1,5 @@
 """The HTML report in a real browser: headless Chromium renders its charts and
-tables for a log of 4,000 mixed decisions (1,000 requests, four policies)."""
+tables for a log of mixed decisions (1,000 requests, one decision per shipped policy)."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from audit_builders import KEY, write_log
+from audit_builders import KEY, decisions_per_request, write_log
 from innerguard.engine.cli import main
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -49,7 +49,7 @@ def test_the_report_renders_its_charts_and_tables_in_chromium(report):
     assert len(histograms) >= 4
     assert re.search(r'data-signal="prompt-injection.injected".*?data-threshold="3.9141"', dom, re.S)
     totals = dom.split('<table class="totals">')[1].split("</table>")[0]
-    assert totals.count("<tr>") == 1 + 4  # header and one row per policy
+    assert totals.count("<tr>") == 1 + decisions_per_request()  # header and one row per policy
     blocked = dom.split('<table class="blocked">')[1].split("</table>")[0]
     assert blocked.count("<tr>") > 100 and "injected=" in blocked
     assert dom.split('<table class="revisions">')[1].count("<tr>") >= 4

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import json
 
-from audit_builders import KEY
+from audit_builders import KEY, decisions_per_request
 from innerguard.engine.audit import chain, verify
 from innerguard.engine.cli import main
+
+
+def _closed_records() -> int:
+    """closed_log's records: open, 20 requests' decisions, close."""
+    return 2 + 20 * decisions_per_request()
 
 
 def _lines(path):
@@ -26,7 +31,7 @@ def _first_problem(path, **kw):
 def test_a_closed_log_verifies_with_its_key(closed_log):
     report = verify([closed_log], key=KEY)
     assert report.ok, report.summary()
-    assert report.records == len(_lines(closed_log)) == 82  # open, 80 decisions (20 requests x 4 policies), close
+    assert report.records == len(_lines(closed_log)) == _closed_records()  # open, the decisions, close
     assert report.heads == {"audit": json.loads(_lines(closed_log)[-1])["hash"]}
 
 
@@ -69,7 +74,7 @@ def test_a_line_cut_mid_record_is_detected(closed_log):
     data = closed_log.read_bytes()
     closed_log.write_bytes(data[: len(data) - 40])
     problem = _first_problem(closed_log)
-    assert (problem.line, problem.message) == (82, "last line is cut mid-record (torn write or truncation)")
+    assert (problem.line, problem.message) == (_closed_records(), "last line is cut mid-record (torn write or truncation)")
 
 
 def test_a_rewrite_with_recomputed_hashes_fails_against_the_key(closed_log):
@@ -88,7 +93,7 @@ def test_a_rewrite_with_recomputed_hashes_fails_against_the_key(closed_log):
     _write(closed_log, out)
     assert verify([closed_log]).ok  # the chain alone is consistent again
     problem = _first_problem(closed_log)
-    assert problem.line == 82 and "signature does not match" in problem.message
+    assert problem.line == _closed_records() and "signature does not match" in problem.message
     assert "signed checkpoints present but not checked" in verify([closed_log]).warnings[0]
 
 
@@ -106,7 +111,7 @@ def test_cli_exit_status_and_first_broken_record(closed_log, tmp_path, capsys):
     key_file = tmp_path / "audit.key"
     key_file.write_text(KEY.hex())
     assert main(["audit", "verify", str(closed_log.parent), "--key-file", str(key_file)]) == 0
-    assert "intact: 82 records" in capsys.readouterr().out
+    assert f"intact: {_closed_records()} records" in capsys.readouterr().out
     lines = _lines(closed_log)
     del lines[5]
     _write(closed_log, lines)

@@ -11,7 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-from audit_builders import KEY, request, result, write_log
+from audit_builders import KEY, decisions_per_request, request, result, write_log
 from innerguard.engine.audit import AuditLog, verify
 from innerguard.engine.audit.query import read
 
@@ -41,7 +41,7 @@ def test_with_sync_durability_a_record_is_on_disk_when_its_ack_returns(tmp_path,
     ack = log.record_decision(result(0, plan, random.Random(0)), plan=plan, request=request(0))
     assert ack.wait(10) and ack.done
     on_disk = log.path.read_text()
-    assert all(decision_id in on_disk for decision_id in ack.decision_ids) and len(ack.decision_ids) == 4
+    assert all(decision_id in on_disk for decision_id in ack.decision_ids) and len(ack.decision_ids) == decisions_per_request()
     log.close()
 
 
@@ -101,7 +101,7 @@ def test_rotation_by_size_carries_the_chain_across_files(tmp_path, plan):
     assert len(files) >= 3 and tmp_path / "audit.jsonl" in files
     report = verify([tmp_path], key=KEY)
     assert report.ok, report.summary()
-    assert len(_records(tmp_path, "decision")) == 160
+    assert len(_records(tmp_path, "decision")) == 40 * decisions_per_request()
     # Removing a middle segment breaks the stream.
     files[1].unlink()
     report = verify([tmp_path], key=KEY)
@@ -160,5 +160,5 @@ def test_two_processes_and_eight_threads_lose_nothing(tmp_path, plan):
     assert report.ok, report.summary()
     assert sorted(report.heads) == ["audit", "audit-2"]  # the third writer resumed a free stream
     decisions = _records(tmp_path, "decision")
-    assert len(decisions) == (2 * 4 * 60 + 8 * 30) * 4
+    assert len(decisions) == (2 * 4 * 60 + 8 * 30) * decisions_per_request()
     assert len({d["request_id"] for d in decisions}) == 2 * 4 * 60 + 8 * 30
