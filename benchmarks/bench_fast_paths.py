@@ -48,6 +48,19 @@ def workloads(rng: random.Random, tokenizer) -> dict[str, list[list[dict]]]:
     return {"distinct": [distinct], "shared": [shared[i:i + 8] for i in range(0, 32, 8)]}
 
 
+def other_engines() -> list[str]:
+    """vLLM processes already running here (vLLM names them ``VLLM::...``)."""
+    found = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            name = comm.read_text().strip()
+        except OSError:  # the process ended meanwhile
+            continue
+        if name.startswith("VLLM::"):
+            found.append(f"{name} (pid {comm.parent.name})")
+    return found
+
+
 def prompt_tokens(tokenizer, conversation) -> list[int]:
     return list(tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
 
@@ -59,7 +72,14 @@ def main() -> int:
     parser.add_argument("--eager", action="store_true", help="also measure plain and guarded engines in eager mode")
     parser.add_argument("--policy", default="policies/prompt-injection.yaml")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--allow-other-engines", action="store_true",
+                        help="measure even while other vLLM processes run on this machine (their polling skews the figures)")
     args = parser.parse_args()
+    # Another engine's workers wake to poll even when idle and share these cores: ratios would measure them too.
+    busy = other_engines()
+    if busy and not args.allow_other_engines:
+        parser.exit(2, f"bench_fast_paths: other vLLM processes are running ({', '.join(busy)}); stop them "
+                       "(pkill -f 'VLLM::') or pass --allow-other-engines\n")
 
     from vllm import SamplingParams
 
