@@ -49,13 +49,16 @@ from ..spans import chat_spans, token_ranges
 from ...hooks.analyzers.token_probe import window_max
 
 
+FPR_UNITS = ("row", "text")
+
+
 @dataclass
 class TokenProbeParams(Params):
     kind: ClassVar[str] = "token-probe"
     FLAGS: ClassVar[dict[str, str]] = {
         "model": "--model", "data": "--data", "layers": "--layers", "window": "--window", "target_fpr": "--target-fpr",
         "folds": "--folds", "windows_per_row": "--windows-per-row", "hard_negatives": "--hard-negatives", "l2": "--l2",
-        "seed": "--seed"}
+        "fpr_unit": "--fpr-unit", "seed": "--seed"}
     INPUTS: ClassVar[tuple[str, ...]] = ("data",)
     LIST_SEP: ClassVar[str] = ","
 
@@ -68,6 +71,7 @@ class TokenProbeParams(Params):
     windows_per_row: int = 4
     hard_negatives: int = 0  # rounds of adding each row's highest-scoring negative window
     l2: float = 1e-2
+    fpr_unit: str = "row"  # "text": the threshold's FPR counts distinct benign texts (each group once)
     seed: int = 0
 
     def check(self, num_layers: int) -> None:
@@ -83,6 +87,8 @@ class TokenProbeParams(Params):
             raise data_lib.BuildDataError(f"--target-fpr {self.target_fpr}: must be between 0 and 1")
         if self.l2 < 0:
             raise data_lib.BuildDataError(f"--l2 {self.l2}: must be at least 0")
+        if self.fpr_unit not in FPR_UNITS:
+            raise data_lib.BuildDataError(f"--fpr-unit {self.fpr_unit}: must be one of {', '.join(FPR_UNITS)}")
 
 
 @dataclass
@@ -176,12 +182,18 @@ def _spread(items: Sequence[int], k: int) -> list[int]:
     return [items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)] if k > 1 else [items[len(items) // 2]]
 
 
+def _group_key(group: str, i: int) -> str:
+    """Rows that share a group share a text or template; ``plain:*`` and
+    ungrouped rows stand alone."""
+    return f"row:{i}" if not group or group.startswith("plain") else group
+
+
 def grouped_folds(groups: Sequence[str], k: int, seed: int) -> list[list[int]]:
     """k folds, each ``group`` whole in one of them (``plain:*`` rows each on
     their own): biggest groups first, each into the smallest fold so far."""
     members: dict[str, list[int]] = {}
     for i, group in enumerate(groups):
-        members.setdefault(f"row:{i}" if not group or group.startswith("plain") else group, []).append(i)
+        members.setdefault(_group_key(group, i), []).append(i)
     keys = sorted(members)
     random.Random(seed).shuffle(keys)
     keys.sort(key=lambda g: -len(members[g]))  # stable: shuffled among groups of one size
@@ -221,6 +233,13 @@ def build_token_probe(target, params: TokenProbeParams, *, progress: bool = Fals
     params.check(geometry.num_layers)
     source = data_lib.read_jsonl(params.data, "--data")
     rows = captured_rows(target, source, params.layers, progress=progress)
+    return built_from_rows(rows, params, model_dir, source)
+
+
+def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, source: data_lib.DataFile) -> Built:
+    """The artifact from captured rows (``captured_rows``): a caller that
+    tries several settings on one capture builds each without capturing again."""
+    geometry = models.read_geometry(model_dir)
     fitted = fit_rows(rows, params)
     figures = fitted.figures
 
@@ -234,7 +253,8 @@ def build_token_probe(target, params: TokenProbeParams, *, progress: bool = Fals
         "window": str(params.window),
         "threshold": f"{fitted.threshold:.4f}",
         "threshold_rule": f"signal > threshold keeps the grouped {params.folds}-fold out-of-fold FPR on --data "
-                          f"at or below {params.target_fpr:g}",
+                          f"at or below {params.target_fpr:g}, counted over benign "
+                          + ("rows" if params.fpr_unit == "row" else "texts (the rows of one group count once)"),
         "protocol": "token-level logistic probe: s_t = sum_L weight.L . h_L,t + bias[0] on the residual stream after "
                     "each layer L at every data token; signal = max over windows of the data of mean s_t. Fitted on "
                     "window means: inside the inserted attack = 1, benign rows and injected rows away from the "
@@ -281,12 +301,29 @@ def fit_rows(rows: Sequence[_Row], params: TokenProbeParams) -> Fitted:
             oof[i] = _score(rows[i], weight, bias, params.window)
     weight, bias, positives, negatives = _fit(rows, params)
     calibrating = [i for i, r in enumerate(rows) if r.calibrate]
+    weights = negative_weights([rows[i] for i in calibrating], params.fpr_unit)
     # Rounded as a policy writes it, so that the figures are those of the printed rule.
-    threshold = round(threshold_for_fpr([oof[i] for i in calibrating], [labels[i] for i in calibrating], params.target_fpr), 4)
+    threshold = round(threshold_for_fpr([oof[i] for i in calibrating], [labels[i] for i in calibrating],
+                                        params.target_fpr, weights), 4)
     figures = _figures(rows, oof, labels, threshold, params)
     figures.update({"windows_positive": positives, "windows_negative": negatives, "rows": len(rows),
                     "data_tokens": sum(len(r.tokens) for r in rows)})
     return Fitted(weight, bias, threshold, oof, figures)
+
+
+def negative_weights(rows: Sequence[_Row], unit: str) -> list[float]:
+    """Each row's weight in the threshold's FPR. ``text``: the benign rows of
+    one ``group`` (a corpus text in several carriers) share one unit, so that
+    a hard text repeated many times does not set the threshold alone;
+    ``plain:*`` and ungrouped rows are their own text."""
+    if unit == "row":
+        return [1.0] * len(rows)
+    keys = [_group_key(r.group, i) for i, r in enumerate(rows)]
+    sizes: dict[str, int] = {}
+    for key, row in zip(keys, rows):
+        if not row.label:
+            sizes[key] = sizes.get(key, 0) + 1
+    return [1.0 / sizes[key] if not row.label else 1.0 for key, row in zip(keys, rows)]
 
 
 def _figures(rows: Sequence[_Row], oof: list[float], labels: list[int], threshold: float,
@@ -301,12 +338,16 @@ def _figures(rows: Sequence[_Row], oof: list[float], labels: list[int], threshol
     for i in neg:
         styles.setdefault(rows[i].style, []).append(i)
     scores, truth = [oof[i] for i in kept], [labels[i] for i in kept]
+    weights = negative_weights([rows[i] for i in kept], "text")
+    texts = sum(w for w, y in zip(weights, truth) if not y)
     return {
         "threshold": round(threshold, 4),
         "target_fpr": params.target_fpr,
         "cv_folds": params.folds,
         "cv_auroc": round(auroc(scores, truth) or float("nan"), 4),
         "cv_fpr": above(neg),
+        "cv_fpr_texts": round(sum(w for w, s, y in zip(weights, scores, truth) if not y and s > threshold) / texts, 4),
+        "fpr_unit": params.fpr_unit,
         "cv_tpr": above(pos),
         "cv_tpr_at_1pct_fpr": round(tpr_at_fpr(scores, truth, 0.01)[0], 4),
         "cv_tpr_at_5pct_fpr": round(tpr_at_fpr(scores, truth, 0.05)[0], 4),
@@ -323,8 +364,9 @@ def _report(f: dict[str, Any], params: TokenProbeParams) -> list[str]:
         f"l2 {params.l2:g}",
         f"grouped {params.folds}-fold CV (seed {params.seed}), out-of-fold request scores: AUROC {f['cv_auroc']:.4f}; "
         f"TPR {f['cv_tpr_at_1pct_fpr']:.3f} at 1 % FPR, {f['cv_tpr_at_5pct_fpr']:.3f} at 5 % FPR",
-        f"threshold {f['threshold']:.4f} (out-of-fold FPR <= {params.target_fpr:g}): out-of-fold FPR {f['cv_fpr']:.4f}, "
-        f"TPR {f['cv_tpr']:.4f}; highest per-style FPR " + ", ".join(f"{s} {v:.3f}" for s, v in worst),
+        f"threshold {f['threshold']:.4f} (out-of-fold FPR over benign {params.fpr_unit}s <= {params.target_fpr:g}): "
+        f"out-of-fold FPR {f['cv_fpr']:.4f} of rows, {f['cv_fpr_texts']:.4f} of distinct texts, TPR {f['cv_tpr']:.4f}; "
+        "highest per-style FPR " + ", ".join(f"{s} {v:.3f}" for s, v in worst),
         *([f"{f['rows_not_calibrating']} rows marked \"calibrate\": false (fitted on, not setting the threshold): "
            f"out-of-fold FPR {f['cv_fpr_not_calibrating']:.4f} at the threshold"] if "rows_not_calibrating" in f else []),
         f"policy rule: when: <signal> > {f['threshold']:.4f}",

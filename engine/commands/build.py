@@ -115,7 +115,9 @@ highest-scoring negative window.
 
 Threshold: grouped --folds-fold cross-validation on --data (folds by group, shuffled by --seed) gives
 every row an out-of-fold request score; the threshold keeps their FPR at --target-fpr (rows marked
-"calibrate": false aside; their FPR is reported on its own). The artifact's
+"calibrate": false aside; their FPR is reported on its own). --fpr-unit text counts that FPR over
+distinct benign texts, the rows of one group weighing one text between them: when the data repeats
+a hard benign text in many carriers, it then weighs as one text, not as many. The artifact's
 probe is then fitted on every row; the threshold and the CV figures (AUROC, TPR at 1 %/5 % FPR, FPR and
 TPR at the threshold, FPR per style) are printed and stored in the metadata. Put the printed threshold in
 the policy rule (when: injected > T). Memory: every row's data tokens are kept (float32, ~2.3 KB a token
@@ -123,7 +125,7 @@ and layer of a 576-wide model: ~7 GB at nine layers for data/injection/fit.jsonl
 
 the shipped prompt-injection policy's probe (policies/prompt-injection.yaml):
   innerguard build token-probe --model smollm2-135m-instruct --data data/injection/fit.jsonl \\
-      --layers 3,6,9,12,15,18,21,24,27 --window 12 --target-fpr 0.02 --hard-negatives 2 \\
+      --layers 3,6,9,12,15,18,21,24,27 --window 16 --target-fpr 0.02 --hard-negatives 2 \\
       --out policies/artifacts/smollm2-135m-instruct.injection-token-probe.safetensors
 """
 
@@ -197,6 +199,9 @@ def register(subparsers) -> None:
     tokens.add_argument("--hard-negatives", type=int, default=0, help="rounds of refitting with each row's "
                         "highest-scoring negative window added (default 0)")
     tokens.add_argument("--l2", type=float, default=1e-2, help="L2 strength on standardised features (default 0.01)")
+    tokens.add_argument("--fpr-unit", choices=("row", "text"), default="row",
+                        help="what --target-fpr counts: benign rows (default), or distinct benign texts, the rows "
+                        "of one 'group' counting once (for data that repeats a hard text in several carriers)")
     tokens.add_argument("--seed", type=int, default=0, help="shuffles the groups into folds (default 0)")
     tokens.add_argument("--out", required=True, help="the artifact to write (.safetensors)")
     tokens.set_defaults(func=_token_probe)
@@ -257,7 +262,7 @@ def _token_probe(args) -> int:
         raise InnerguardError(f"--layers {args.layers!r} is not a list of layer numbers", hint="e.g. --layers 6,12,18") from None
     params = TokenProbeParams(model=args.model, data=args.data, layers=layers, window=args.window,
                               target_fpr=args.target_fpr, folds=args.folds, windows_per_row=args.windows_per_row,
-                              hard_negatives=args.hard_negatives, l2=args.l2, seed=args.seed)
+                              hard_negatives=args.hard_negatives, l2=args.l2, fpr_unit=args.fpr_unit, seed=args.seed)
     params.check(models.read_geometry(_model_dir(args)).num_layers)
     _precheck_files(params)
     inserted_rows(data_lib.read_jsonl(args.data, "--data"))

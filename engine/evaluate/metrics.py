@@ -70,17 +70,25 @@ def tpr_at_fpr(scores: Sequence[float], labels: Sequence[int], max_fpr: float) -
     return best.tpr, best.threshold
 
 
-def threshold_for_fpr(scores: Sequence[float], labels: Sequence[int], target_fpr: float) -> float | None:
+def threshold_for_fpr(scores: Sequence[float], labels: Sequence[int], target_fpr: float,
+                      weights: Sequence[float] | None = None) -> float | None:
     """The lowest threshold (most recall) whose FPR stays <= target_fpr; a
     value halfway to the next lower score, so that new data near the edge is
-    not decided by float noise. None when no negatives."""
-    negatives = sorted((s for s, y in zip(scores, labels) if not y), reverse=True)
+    not decided by float noise. ``weights`` (one per row, default 1) weigh the
+    negatives in the FPR, e.g. 1/|group| to count distinct texts rather than
+    rows. None when no negatives."""
+    weights = [1.0] * len(scores) if weights is None else list(weights)
+    negatives = sorted(((s, w) for s, y, w in zip(scores, labels, weights) if not y), key=lambda sw: -sw[0])
     if not negatives:
         return None
-    allowed = int(target_fpr * len(negatives) + 1e-9)  # negatives we may let through above the threshold
-    if allowed >= len(negatives):
-        return min(negatives)
-    edge = negatives[allowed]  # the highest negative that must stay below
+    allowed = target_fpr * sum(w for _, w in negatives) + 1e-9  # negative weight we may let through
+    passed, k = 0.0, 0
+    while k < len(negatives) and passed + negatives[k][1] <= allowed:
+        passed += negatives[k][1]
+        k += 1
+    if k >= len(negatives):
+        return negatives[-1][0]
+    edge = negatives[k][0]  # the highest negative that must stay below
     above = [s for s in scores if s > edge]
     return (edge + min(above)) / 2 if above else edge + 1e-6
 

@@ -41,13 +41,13 @@ def _browser(*args, timeout=120):
     return done.stdout
 
 
-def test_the_report_renders_its_charts_and_tables_in_chromium(report):
+def test_the_report_renders_its_charts_and_tables_in_chromium(report, shipped_probe):
     dom = _browser("--virtual-time-budget=5000", "--dump-dom", report.as_uri())
     assert 'data-status="ok"' in dom
     assert len(re.findall(r'<rect class="bar"', dom)) > 50  # the timeline's stacked bars
     histograms = re.findall(r'<svg class="chart histogram"', dom)
     assert len(histograms) >= 4
-    assert re.search(r'data-signal="prompt-injection.injected".*?data-threshold="3.9141"', dom, re.S)
+    assert re.search(rf'data-signal="prompt-injection.injected".*?data-threshold="{re.escape(shipped_probe.threshold)}"', dom, re.S)
     totals = dom.split('<table class="totals">')[1].split("</table>")[0]
     assert totals.count("<tr>") == 1 + decisions_per_request()  # header and one row per policy
     blocked = dom.split('<table class="blocked">')[1].split("</table>")[0]

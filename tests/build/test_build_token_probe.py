@@ -11,7 +11,7 @@ import torch
 
 from innerguard.engine.build import BuildDataError, TokenProbeParams, artifact, build_token_probe, reproduce, save
 from innerguard.engine.build.data import read_jsonl
-from innerguard.engine.build.token_probe import _Row, _windows, fit_rows, grouped_folds, inserted_rows
+from innerguard.engine.build.token_probe import _Row, _windows, fit_rows, grouped_folds, inserted_rows, negative_weights
 from innerguard.engine.evaluate.metrics import threshold_for_fpr
 
 from build_helpers import ROOT
@@ -127,3 +127,31 @@ def test_rows_marked_not_calibrating_are_fitted_on_but_leave_the_threshold_alone
     assert figures["rows_not_calibrating"] == 12 and figures["cv_fpr"] <= 0.05
     assert figures["cv_fpr_not_calibrating"] == round(sum(fitted.oof[i] > fitted.threshold for i in range(60, 72)) / 12, 4)
     assert figures["cv_fpr_not_calibrating"] > 0.5  # they do score like attacks
+
+
+def test_fpr_over_texts_counts_a_repeated_hard_text_once():
+    """A hard benign text repeated in 12 carriers is 12 rows of 52 but one text
+    of 41: by rows it holds the threshold above itself, by texts it may pass."""
+    gen = torch.Generator().manual_seed(1)
+
+    def row(label, group, hot=None):
+        tokens = torch.randn(30, 2, generator=gen) * 0.3
+        if hot:
+            tokens[hot[0]:hot[1], 0] += 2.0
+        return _Row(label, group, "email", tokens, hot if label else None)
+
+    rows = ([row(1, f"template:{i % 5}", (10, 22)) for i in range(20)] + [row(0, f"plain:{i}") for i in range(40)]
+            + [row(0, "note:hard", (4, 16)) for _ in range(12)])
+    weights = negative_weights(rows, "text")
+    assert weights[:20] == [1.0] * 20 and weights[20:60] == [1.0] * 40 and weights[60:] == [1 / 12] * 12
+    assert negative_weights(rows, "row") == [1.0] * len(rows)
+    by_rows = fit_rows(rows, TokenProbeParams(model="m", data="d", window=6, folds=4, target_fpr=0.05))
+    by_texts = fit_rows(rows, TokenProbeParams(model="m", data="d", window=6, folds=4, target_fpr=0.05, fpr_unit="text"))
+    assert by_texts.oof == by_rows.oof  # the unit moves the threshold only
+    hard = by_texts.oof[60:]
+    assert sum(s > by_rows.threshold for s in hard) <= 2  # 5 % of 52 rows
+    assert sum(s > by_texts.threshold for s in hard) >= 9  # the one text may pass, in most of its carriers
+    assert by_texts.figures["cv_fpr_texts"] <= 0.05 < by_texts.figures["cv_fpr"]
+    assert by_texts.figures["cv_tpr"] >= by_rows.figures["cv_tpr"]
+    with pytest.raises(BuildDataError, match="--fpr-unit"):
+        TokenProbeParams(model="m", data="d", fpr_unit="group").check(30)

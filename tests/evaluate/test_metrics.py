@@ -44,6 +44,18 @@ def test_threshold_for_fpr_keeps_the_allowed_negatives_above():
     assert Confusion.of([s >= t for s in scores], labels).fpr == 0.1
 
 
+def test_threshold_for_fpr_weighs_repeated_negatives_as_one_text():
+    # the top negative is one text in four rows: by rows it is 40 % of the
+    # negatives, by texts (weight 1/4 each) one text of seven
+    scores = [0.9, 0.9, 0.9, 0.9, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.95]
+    labels = [0] * 10 + [1]
+    weights = [0.25] * 4 + [1.0] * 6 + [1.0]
+    assert threshold_for_fpr(scores, labels, 0.15) > 0.9  # by rows: at most one of ten rows may pass
+    t = threshold_for_fpr(scores, labels, 0.15, weights)  # one text of seven may pass
+    assert 0.6 < t < 0.9
+    assert threshold_for_fpr(scores, labels, 0.1, weights) > 0.9  # not even one text of seven
+
+
 def _plan(*rules, signals=("p.a", "p.b", "p.focus")):
     from types import SimpleNamespace
 

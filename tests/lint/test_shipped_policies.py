@@ -63,7 +63,7 @@ def test_policy_objects_keep_source_revision_and_compile_to_programs(shipped):
     assert steer_rule.params("medical-topic-steer")["steer"] == "medical-topic-steer/steer-cautious"
 
 
-def test_shipped_policies_decide_as_documented(shipped):
+def test_shipped_policies_decide_as_documented(shipped, shipped_probe):
     policies, _ = load_policy_set([shipped])
     evaluator = Evaluator(policies.programs())
     benign = {
@@ -77,7 +77,8 @@ def test_shipped_policies_decide_as_documented(shipped):
     v = evaluator.evaluate(injected, {"tags": ["rag"]})
     assert (v.action, v.policy, v.rule) == ("block", "prompt-injection", "block-injected-instruction")
     # The refusal names policy and rule but never a signal value (it would help an attacker tune).
-    assert "5.0" not in v.message and "3.9141" not in v.message and "prompt-injection 2.0.0" in v.message
+    assert "5.0" not in v.message and shipped_probe.threshold not in v.message
+    assert f"prompt-injection {shipped_probe.version}" in v.message
     # The attention tracker ships in shadow mode: it decides, and is recorded, but never acts.
     distracted = {**benign, "prompt-injection-attention.focus": 0.2, "prompt-injection-attention.override_phrase": True}
     v = evaluator.evaluate(distracted, {"tags": ["rag"]})

@@ -6,6 +6,7 @@ computed them, hooks/token_score_cache.py)."""
 from __future__ import annotations
 
 import pytest
+from safetensors import safe_open
 from safetensors.torch import load_file
 
 from helpers import TEXTS, long_text, prepared, row
@@ -19,8 +20,11 @@ SIGNAL = "prompt-injection.injected"  # policies/prompt-injection.yaml, served a
 
 @pytest.fixture(scope="module")
 def probe(policy_dir):
-    tensors = load_file(str(policy_dir / "artifacts" / "smollm2-135m-instruct.injection-token-probe.safetensors"))
-    return {int(k.split(".")[1]): t for k, t in tensors.items() if k.startswith("weight.")}, float(tensors["bias"][0])
+    path = str(policy_dir / "artifacts" / "smollm2-135m-instruct.injection-token-probe.safetensors")
+    tensors = load_file(path)
+    with safe_open(path, "pt") as f:
+        window = int(f.metadata()["window"])  # the shipped policy's window is the artifact's
+    return {int(k.split(".")[1]): t for k, t in tensors.items() if k.startswith("weight.")}, float(tensors["bias"][0]), window
 
 
 def _rows(prefix: str):
@@ -30,7 +34,7 @@ def _rows(prefix: str):
 
 def _check(llm, reference, probe, rows, cached=False):
     model, _ = reference
-    weights, bias = probe
+    weights, bias, window = probe
     outs = llm.run(rows)
     for r, out in zip(rows, outs):
         assert out.error is None, out.error
@@ -38,7 +42,7 @@ def _check(llm, reference, probe, rows, cached=False):
         if cached and len(ids) > 128:  # a whole CPU block of it was served from the cache
             assert out.prefill_tokens < len(ids), (r["id"], out.prefill_tokens, len(ids))
         got = out.signals[SIGNAL]
-        want = reference_token_probe(model, ids, weights, bias, spans["prompt-injection"]["data"], 12)
+        want = reference_token_probe(model, ids, weights, bias, spans["prompt-injection"]["data"], window)
         assert abs(got - want) <= 1e-3 + 1e-4 * abs(want), (r["id"], got, want)
     return outs
 

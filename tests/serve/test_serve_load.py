@@ -80,7 +80,7 @@ async def load(server, reload_cycle) -> tuple[list, list]:
     return results, errors
 
 
-def test_200_concurrent_clients_through_a_reload_cycle(server, served_policies):
+def test_200_concurrent_clients_through_a_reload_cycle(server, served_policies, shipped_probe):
     alone = {}
     with httpx.Client(base_url=server.url, timeout=120) as client:
         for i, case in enumerate(CASES):
@@ -93,15 +93,16 @@ def test_200_concurrent_clients_through_a_reload_cycle(server, served_policies):
     policy = served_policies / "prompt-injection.yaml"
     original = policy.read_bytes()
     good = [hashlib.sha256(original).hexdigest()]
-    broken_bytes = original.replace(b"when: injected > 3.9141", b"when: injected >")
+    broken_bytes = original.replace(f"when: {shipped_probe.rule}".encode(), b"when: injected >")
+    current = f"version: {shipped_probe.version}\n".encode()
     assert broken_bytes != original
     outcomes = []
 
     async def reload_cycle():
         admin = {"Authorization": f"Bearer {__import__('serve_process').ADMIN}"}
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
-            for step, data in enumerate((original.replace(b"version: 2.0.0\n", b"version: 2.0.7\n"), broken_bytes,
-                                         original.replace(b"version: 2.0.0\n", b"version: 2.0.8\n"))):
+            for step, data in enumerate((original.replace(current, b"version: 99.0.7\n"), broken_bytes,
+                                         original.replace(current, b"version: 99.0.8\n"))):
                 await asyncio.sleep(1.0)
                 policy.write_bytes(data)
                 if step != 1:

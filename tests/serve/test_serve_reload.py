@@ -58,16 +58,17 @@ def restore(served_policies):
         path.write_bytes(data)
 
 
-def test_a_folder_change_reloads_and_a_broken_one_never_serves(server, served_policies, restore):
+def test_a_folder_change_reloads_and_a_broken_one_never_serves(server, served_policies, restore, shipped_probe):
     policy = served_policies / "prompt-injection.yaml"
     original = policy.read_text()
     before = server.status()["bundle_hash"]
-    assert "version: 2.0.0\n" in original
-    write_atomically(policy, original.replace("version: 2.0.0\n", "version: 2.0.1\n"))
+    current = f"version: {shipped_probe.version}\n"
+    assert current in original
+    write_atomically(policy, original.replace(current, "version: 99.0.1\n"))
     status = wait_for(server, lambda s: s["bundle_hash"] != before)
     assert status["last_reload"]["result"] == "ok" and status["last_reload"]["reason"] == "policy folder changed"
     good = revision_served(server)
-    assert {p["name"]: p["version"] for p in status["policies"]}["prompt-injection"] == "2.0.1"
+    assert {p["name"]: p["version"] for p in status["policies"]}["prompt-injection"] == "99.0.1"
 
     failed_before = metric(server, "innerguard_reload_total", result="failed")
     broken = original.replace("when: injected > ", "when: injectedd > ")
