@@ -29,30 +29,13 @@ def recording_engine(model: str | os.PathLike, cache_dir: str | os.PathLike | No
     """A vLLM engine with innerguard's worker extension (the recorder), eager,
     started with the guarded engine's arguments; no plan is installed, so
     no request is guarded."""
-    from ..vllm_engine import guarded_engine_kwargs, on_cpu, start_llm
+    from ..vllm_engine import guarded_engine_kwargs, start_llm
 
-    with _every_cpu_for_the_model(on_cpu()):
-        llm = start_llm(**guarded_engine_kwargs(str(models.resolve(model, cache_dir)), eager=True))
+    llm = start_llm(**guarded_engine_kwargs(str(models.resolve(model, cache_dir)), eager=True))
     try:
         yield llm
     finally:
         _shutdown(llm)
-
-
-@contextlib.contextmanager
-def _every_cpu_for_the_model(cpu: bool) -> Iterator[None]:
-    """vLLM on CPU keeps one core for its scheduler, which idles through a
-    build's single batch: the model gets every core instead (about 1.45x
-    faster captures on 2 cores). VLLM_CPU_OMP_THREADS_BIND, when set, wins.
-    Only while the worker starts: it reads the variable when it spawns."""
-    if not cpu or "VLLM_CPU_OMP_THREADS_BIND" in os.environ:
-        yield
-        return
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, sorted(os.sched_getaffinity(0))))
-    try:
-        yield
-    finally:
-        del os.environ["VLLM_CPU_OMP_THREADS_BIND"]
 
 
 @contextlib.contextmanager
