@@ -8,6 +8,7 @@ folder, and prints its path.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -93,24 +94,35 @@ def prepare(name: str, cache: str | os.PathLike | None = None) -> Path:
     root = cache_dir(cache)
     try:
         root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=root))
+        lock = open(root / f".{model.name}.lock", "w")
     except OSError as exc:
         raise ModelError(
             f"cannot write the model cache {root}: {exc.strerror or exc}",
             hint=f"choose a writable folder with --cache-dir or {CACHE_ENV}",
         ) from None
+    with lock:
+        # Two processes preparing at once (parallel test workers, two servers
+        # starting): the second waits and uses the first one's checkpoint
+        # rather than deleting it under the first one's feet.
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / _READY).is_file():
+            _convert_into(model, source, root, target)
+    return target
+
+
+def _convert_into(model: KnownModel, source: Path, root: Path, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{model.name}-", dir=root))
     try:
         log.info("converting model", model=model.name, source=str(source), target=str(target))
         _convert_gguf(source, staging)
         verify(staging)
         (staging / _READY).write_text(json.dumps({"source": source.name}) + "\n")
         if target.exists():
-            shutil.rmtree(target)
+            shutil.rmtree(target)  # there but never marked ready
         staging.rename(target)  # atomic: a half-written checkpoint is never "ready"
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def _convert_gguf(source: Path, out: Path) -> None:

@@ -42,6 +42,27 @@ def test_prepare_prints_a_checkpoint_folder_and_second_call_is_instant(smollm2_d
     assert (smollm2_dir / "tokenizer.json").is_file()
 
 
+def test_a_second_prepare_waits_for_the_first_and_keeps_its_checkpoint(smollm2_dir, tmp_path):
+    """Parallel test workers or two servers may prepare the same model at
+    once: the later one must wait, then use the earlier one's checkpoint
+    instead of converting again and deleting it under the earlier one's feet."""
+    import fcntl
+    import shutil
+
+    target = tmp_path / smollm2_dir.name
+    with open(tmp_path / f".{smollm2_dir.name}.lock", "w") as first:
+        fcntl.flock(first, fcntl.LOCK_EX)  # the first preparer, mid-conversion
+        second = subprocess.Popen([*CLI, "models", "prepare", "smollm2-135m-instruct", "--cache-dir", str(tmp_path)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(5)
+        assert second.poll() is None and not list(tmp_path.glob(f".{smollm2_dir.name}-*"))  # waiting, not converting
+        shutil.copytree(smollm2_dir, target)
+        (target / "first-one-wrote-this").write_text("")
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 0, err
+    assert out.strip() == str(target) and (target / "first-one-wrote-this").is_file()
+
+
 def test_geometry_of_the_prepared_model(smollm2_dir):
     g = models.read_geometry(smollm2_dir)
     assert (g.num_layers, g.hidden_size, g.num_heads, g.num_kv_heads, g.head_dim) == (30, 576, 9, 3, 64)
