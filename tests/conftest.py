@@ -1,15 +1,16 @@
 """Shared fixtures. Real things, not mocks: the prepared SmolLM2 checkpoint
-and one vLLM engine of each kind per test session (engine start is slow).
+and one vLLM engine of each kind per test folder (engine start is slow).
 
 The suite runs on two pytest-xdist workers (pyproject.toml). vLLM on CPU
 runs a model on one core and compiles it in one Python thread, so two
-workers with their engines pinned to cores of their own take half the time.
-Tests are grouped by the engines they share (a group runs on one worker),
-and the longest groups start first."""
+workers whose engines are pinned to cores of their own take about half the
+time. Each worker runs one lane of test folders, in order, and a folder's
+engines stop once its last test has run: memory holds at most one folder's
+engines per lane."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -17,9 +18,47 @@ from innerguard.engine import logging as ig_logging
 
 ig_logging.configure("console", "warning")
 
-MAX_WORKERS = 2  # each worker holds several engines of a few GiB each
-# Groups by their measured length, longest first; the rest follow in file order.
-LONGEST_FIRST = ["worker", "runtime", "serve", "build", "worker-tensor-parallel"]
+MAX_WORKERS = 2  # a lane's folder holds up to four engines of about 3 GiB each
+# Two lanes of about equal length (CI's --durations), each folder where the
+# engines it shares live; folders not named here run last in the second lane.
+LANES = (
+    ("foundation", "runtime", "serve", "policy_tests"),
+    ("worker", "build", "capture", "audit", "examples", "analyzers"),
+)
+
+
+def _folder(nodeid: str) -> str:
+    return nodeid.split("/")[1]  # tests/<folder>/test_x.py::name
+
+
+def _lane(folder: str) -> int:
+    return 0 if folder in LANES[0] else 1
+
+
+def _place(nodeid: str) -> tuple[int, int]:
+    folder = _folder(nodeid)
+    lane = LANES[_lane(folder)]
+    return _lane(folder), lane.index(folder) if folder in lane else len(lane)
+
+
+def pytest_collection_modifyitems(config, items):
+    items.sort(key=lambda item: _place(item.nodeid))  # stable: file order within a folder
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByLane(LoadScopeScheduling):
+        """One unit of work per lane, run in collection order."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return f"lane-{_lane(_folder(nodeid))}"
+
+    return ByLane(config, log)
 
 
 def _share_of_cores() -> list[int]:
@@ -37,23 +76,39 @@ if "PYTEST_XDIST_WORKER" in os.environ and "VLLM_CPU_OMP_THREADS_BIND" not in os
     os.environ["OMP_NUM_THREADS"] = str(len(_cores))  # the reference model and fits in this process
 
 
-def pytest_xdist_auto_num_workers(config) -> int:
-    return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+_closers: dict[str, list[Callable[[], None]]] = {}
 
 
-def _group(item) -> str:
-    parts = Path(item.path).relative_to(Path(__file__).parent).parts
-    if parts[0] == "worker" and item.path.name == "test_tensor_parallel.py":
-        return "worker-tensor-parallel"  # engines of its own
-    return parts[0]
+def _close_after_folder(folder: str, close: Callable[[], None]) -> Callable[[], None]:
+    """Run ``close`` once, after the last test of ``folder`` that this
+    worker runs (or at the end of the session); returns the once-only call."""
+    done = False
+
+    def once() -> None:
+        nonlocal done
+        if not done:
+            done = True
+            close()
+
+    _closers.setdefault(folder, []).append(once)
+    return once
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: file order within a group
+@pytest.fixture(scope="session")
+def close_after_folder():
+    """For session engines: ``close = close_after_folder("runtime", llm.shutdown)``."""
+    return _close_after_folder
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        folder = _folder(item.nodeid)
+        if nextitem is None or _folder(nextitem.nodeid) != folder:
+            for close in _closers.pop(folder, []):
+                close()
 
 
 @pytest.fixture(scope="session")
@@ -69,8 +124,10 @@ def plain_llm(smollm2_dir):
     from innerguard.engine.vllm_engine import engine_kwargs, start_llm
 
     llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=True))
+    # foundation runs before runtime in their lane (LANES), and nothing after uses it
+    close = _close_after_folder("runtime", lambda: _shutdown(llm))
     yield llm
-    _shutdown(llm)
+    close()
 
 
 def _shutdown(llm) -> None:

@@ -36,12 +36,13 @@ def steer_vector(policy_dir) -> torch.Tensor:
 
 
 @pytest.fixture(scope="session")
-def guarded(smollm2_dir, policy_dir):
+def guarded(smollm2_dir, policy_dir, close_after_folder):
     from innerguard.engine.guarded import GuardedLLM
 
     llm = GuardedLLM(smollm2_dir, policy_dir)
+    close = close_after_folder("runtime", llm.shutdown)
     yield llm
-    llm.shutdown()
+    close()
 
 
 @pytest.fixture(scope="session")
@@ -52,10 +53,11 @@ def reference(smollm2_dir):
 
 
 @pytest.fixture(scope="session")
-def chunked(smollm2_dir, policy_dir):
+def chunked(smollm2_dir, policy_dir, close_after_folder):
     """A second guarded engine (compiled too): 64-token prefill chunks."""
     from innerguard.engine.guarded import GuardedLLM
 
     llm = GuardedLLM(smollm2_dir, policy_dir, max_num_batched_tokens=64, max_num_seqs=8)
+    close = close_after_folder("runtime", llm.shutdown)
     yield llm
-    llm.shutdown()
+    close()

@@ -54,7 +54,7 @@ def served_policies(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def server(smollm2_dir, served_policies, tmp_path_factory):
+def server(smollm2_dir, served_policies, tmp_path_factory, close_after_folder):
     logs = tmp_path_factory.mktemp("serve-logs")
     keys = logs / "tenant-keys.yaml"
     keys.write_text("acme: sk-acme-test\nglobex: sk-globex-test\n")
@@ -62,10 +62,11 @@ def server(smollm2_dir, served_policies, tmp_path_factory):
                            "--enable-prompt-tokens-details",
                            "--audit-log", str(logs / "audit"), "--audit-durability", "sync")
     process.audit_dir = logs / "audit"
+    stop = close_after_folder("serve", process.stop)
     try:
         yield process.wait_ready()
     finally:
-        process.stop()
+        stop()
 
 
 @pytest.fixture(scope="session")

@@ -27,24 +27,25 @@ def worker_policy_dir(tmp_path_factory, smollm2_dir) -> Path:
     return folder
 
 
-def _engine(smollm2_dir, policy_dir, **overrides):
+def _engine(smollm2_dir, policy_dir, close_after_folder, **overrides):
     from innerguard.engine.guarded import GuardedLLM
 
     llm = GuardedLLM(smollm2_dir, policy_dir, **overrides)
+    close = close_after_folder("worker", llm.shutdown)
     yield llm
-    llm.shutdown()
+    close()
 
 
 @pytest.fixture(scope="session")
-def worker_engine(smollm2_dir, worker_policy_dir):
+def worker_engine(smollm2_dir, worker_policy_dir, close_after_folder):
     """vLLM's default (compiled) mode, as users run it: the hostile-request,
     finality, lifecycle and reload tests run against the guard points inside
     the compiled graph."""
-    yield from _engine(smollm2_dir, worker_policy_dir)
+    yield from _engine(smollm2_dir, worker_policy_dir, close_after_folder)
 
 
 @pytest.fixture(scope="session")
-def tight_engine(smollm2_dir, worker_policy_dir):
+def tight_engine(smollm2_dir, worker_policy_dir, close_after_folder):
     """10 KV blocks of 128 tokens: six ~230-token requests cannot all grow."""
-    yield from _engine(smollm2_dir, worker_policy_dir, enforce_eager=True, num_gpu_blocks_override=10, max_model_len=1024,
-                       max_num_batched_tokens=64, max_num_seqs=8)
+    yield from _engine(smollm2_dir, worker_policy_dir, close_after_folder, enforce_eager=True, num_gpu_blocks_override=10,
+                       max_model_len=1024, max_num_batched_tokens=64, max_num_seqs=8)
