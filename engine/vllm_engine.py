@@ -31,6 +31,15 @@ INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
 GUARD_POINT_OPS = ("innerguard::attention_point", "innerguard::layer_point")
 # What vLLM 0.24-0.33 also splits at when splitting_ops is left unset.
 _KV_CACHE_UPDATE_OPS = ("vllm::unified_kv_cache_update", "vllm::unified_mla_kv_cache_update")
+# vLLM's compile-cache key leaves the model loader out: a guarded engine and a
+# plain one with the same settings would share compiled graphs, one of them
+# missing the guard points (the self-check then refuses to start) or carrying
+# points nobody reads. additional_config is part of that key.
+COMPILE_CACHE_TAG = {"innerguard": {"guard_points": list(GUARD_POINT_OPS)}}
+
+
+def with_compile_cache_tag(additional_config: dict[str, Any] | None) -> dict[str, Any]:
+    return {**(additional_config or {}), **COMPILE_CACHE_TAG}
 
 
 def import_vllm():
@@ -90,7 +99,7 @@ def guarded_engine_kwargs(model: str, *, eager: bool = False, overrides: dict[st
     if inner not in (None, LOAD_FORMAT):
         extra[INNER_LOAD_FORMAT_KEY] = inner
     guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER, "load_format": LOAD_FORMAT,
-             "model_loader_extra_config": extra}
+             "model_loader_extra_config": extra, "additional_config": with_compile_cache_tag(overrides.pop("additional_config", None))}
     if not eager and not overrides.get("enforce_eager") and not on_cpu():
         overrides.setdefault("compilation_config", guarded_compilation_config())
     return engine_kwargs(model, eager=eager, overrides={**overrides, **guard})

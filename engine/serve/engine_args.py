@@ -11,7 +11,7 @@ from ..errors import EngineStartError
 from ..vllm_engine import guarded_engine_kwargs
 
 REQUIRED = ("worker_extension_cls", "scheduler_cls")
-WRAPPED = ("load_format", "model_loader_extra_config")  # the operator's, inside innerguard's
+WRAPPED = ("load_format", "model_loader_extra_config", "additional_config")  # the operator's, inside innerguard's
 
 
 def apply_guarded_defaults(args: Namespace, parser) -> None:

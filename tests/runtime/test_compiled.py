@@ -58,3 +58,17 @@ def test_an_engine_without_guard_points_is_refused(smollm2_dir, guarded):
             install_plan(llm, guarded.plan)
     finally:
         llm.llm_engine.engine_core.shutdown()
+
+
+def test_guarded_engines_keep_a_compile_cache_of_their_own(smollm2_dir, guarded):
+    """vLLM keys its compile cache on settings that leave the model loader
+    out: a guarded engine must not share compiled graphs with a plain one of
+    the same settings (one would lack the guard points)."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    from innerguard.engine.vllm_engine import COMPILE_CACHE_TAG, engine_kwargs
+
+    mine = guarded.llm.llm_engine.vllm_config
+    plain = EngineArgs(**engine_kwargs(str(smollm2_dir), eager=False)).create_engine_config()
+    assert mine.additional_config["innerguard"] == COMPILE_CACHE_TAG["innerguard"]
+    assert mine.compute_hash() != plain.compute_hash()
