@@ -38,10 +38,6 @@ _KV_CACHE_UPDATE_OPS = ("vllm::unified_kv_cache_update", "vllm::unified_mla_kv_c
 COMPILE_CACHE_TAG = {"innerguard": {"guard_points": list(GUARD_POINT_OPS)}}
 
 
-def with_compile_cache_tag(additional_config: dict[str, Any] | None) -> dict[str, Any]:
-    return {**(additional_config or {}), **COMPILE_CACHE_TAG}
-
-
 def import_vllm():
     # vLLM logs every engine detail at INFO; innerguard's own log says what
     # matters. VLLM_LOGGING_LEVEL=INFO brings vLLM's back.
@@ -71,6 +67,8 @@ def engine_kwargs(model: str, *, eager: bool, overrides: dict[str, Any] | None =
     if eager:
         kwargs["enforce_eager"] = True
     kwargs.update(overrides or {})
+    if kwargs.get("load_format") == LOAD_FORMAT:  # the loader that places the guard points
+        kwargs["additional_config"] = {**(kwargs.get("additional_config") or {}), **COMPILE_CACHE_TAG}
     return kwargs
 
 
@@ -99,7 +97,7 @@ def guarded_engine_kwargs(model: str, *, eager: bool = False, overrides: dict[st
     if inner not in (None, LOAD_FORMAT):
         extra[INNER_LOAD_FORMAT_KEY] = inner
     guard = {"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER, "load_format": LOAD_FORMAT,
-             "model_loader_extra_config": extra, "additional_config": with_compile_cache_tag(overrides.pop("additional_config", None))}
+             "model_loader_extra_config": extra}
     if not eager and not overrides.get("enforce_eager") and not on_cpu():
         overrides.setdefault("compilation_config", guarded_compilation_config())
     return engine_kwargs(model, eager=eager, overrides={**overrides, **guard})

@@ -119,13 +119,13 @@ def smollm2_dir():
 
 
 @pytest.fixture(scope="session")
-def plain_llm(smollm2_dir):
+def plain_llm(smollm2_dir, close_after_folder):
     """Plain vLLM, eager, float32: the baseline guarded output must match."""
     from innerguard.engine.vllm_engine import engine_kwargs, start_llm
 
     llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=True))
     # foundation runs before runtime in their lane (LANES), and nothing after uses it
-    close = _close_after_folder("runtime", lambda: _shutdown(llm))
+    close = close_after_folder("runtime", lambda: _shutdown(llm))
     yield llm
     close()
 

@@ -46,7 +46,7 @@ from ..errors import InnerguardError
 from ..logging import get_logger
 from ..requests import GuardRequest, RequestError, select_policies
 from ..requests.spans import render
-from ..vllm_engine import EXTENSION, LOAD_FORMAT, with_compile_cache_tag
+from ..vllm_engine import EXTENSION, LOAD_FORMAT
 from ..vllm_engine import engine_kwargs as base_engine_kwargs
 from ..vllm_engine import start_llm
 from .spec import CaptureSpec
@@ -75,8 +75,7 @@ def engine_kwargs(model: str | os.PathLike, **overrides: Any) -> dict[str, Any]:
     """Engine arguments for a recording engine: the recording worker extension
     and innerguard's model loader (the guard points the recorder reads), eager
     unless ``enforce_eager=False`` is passed."""
-    base = {"worker_extension_cls": RECORD_EXTENSION, "load_format": LOAD_FORMAT,
-            "additional_config": with_compile_cache_tag(overrides.pop("additional_config", None))}
+    base = {"worker_extension_cls": RECORD_EXTENSION, "load_format": LOAD_FORMAT}
     return base_engine_kwargs(str(model), eager=overrides.pop("enforce_eager", True), overrides={**base, **overrides})
 
 
