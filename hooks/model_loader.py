@@ -13,7 +13,7 @@ import dataclasses
 from vllm.model_executor.model_loader import get_model_loader, register_model_loader
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from . import guard_points, steering_buffers
+from . import cached_graphs, guard_points, steering_buffers
 
 LOAD_FORMAT = "innerguard"
 INNER_KEY = "innerguard_load_format"
@@ -41,6 +41,7 @@ class GuardPointLoader(BaseModelLoader):
         if layers is None:
             raise ValueError(f"innerguard cannot place its guard points on {type(model).__name__}: no model.layers")
         guard_points.place(layers)
+        cached_graphs.allow_loading()  # vLLM compiles (or loads) the model after this returns
         # Before vLLM captures CUDA graphs: the graphs keep these addresses.
         steering_buffers.allocate_buffers(
             len(layers), model_config.get_hidden_size(), vllm_config.scheduler_config.max_num_batched_tokens,

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..engine.plan import Plan
 from ..engine.vllm_engine import GUARD_POINT_OPS
+from . import cached_graphs
 from .decisions import decide
 from .lifecycle import Lifecycle
 from .modules import ModelModules
@@ -140,6 +141,7 @@ class InnerguardWorkerExtension(RecordMixin):
             "hook_points": runtime.hook_points,
             "bundle_hash": plan.bundle_hash,
             "enforce_eager": bool(runner.model_config.enforce_eager),
+            "graphs": cached_graphs.origin(runner.model_config),
             "reads_kv_cache": lifecycle.reads_kv_cache(modules),
             "reads_token_scores": lifecycle.reads_token_scores(),
         }

@@ -50,7 +50,8 @@ async def serve(args: Namespace, *, sources: Sequence[Path], model_dir: Path, op
         reloader.on_sighup(loop)
         background = [loop.create_task(reloader.watch(watch_interval))] if watch_interval > 0 else []
         log.info("innerguard serve ready", address=listen_address, bundle_hash=plan.bundle_hash,
-                 policies=[p.name for p in plan.policies], runner=info.get("runner"))
+                 policies=[p.name for p in plan.policies], runner=info.get("runner"),
+                 graphs=info.get("graphs"))
         shutdown = await serve_http(app, sock=sock, **_uvicorn_kwargs(args))
     try:
         await shutdown
