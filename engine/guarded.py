@@ -107,7 +107,7 @@ class GuardedLLM:
         self.share_prefix_cache = bool(info.get("reads_kv_cache"))
         self.share_token_scores = bool(info.get("reads_token_scores"))
         log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info["runner"], hooks=len(info["hook_points"]),
-                 graphs=info["graphs"])
+                 graphs=info.get("graphs"))
 
     def reload(self, policies) -> Plan:
         """Swap in new policies without restarting. A policy set that does not
