@@ -7,8 +7,8 @@ read back, a method only vLLM's own compiled function has, so the load fails
 ("'function' object has no attribute 'finalize_loading'") and every engine
 compiles again: about two minutes of a guarded start on a 2-core machine.
 The bundled callable is complete once read back; there is nothing to
-finalize. Applied by the guarded engines' model loader only, so plain vLLM
-engines in the same installation are untouched.
+finalize. Applied by the guarded engines' model loader, in the process that
+loads the model: plain vLLM engines elsewhere keep vLLM's behaviour.
 """
 from __future__ import annotations
 
