@@ -36,6 +36,7 @@ ROWS = [
 
 
 def _assert_decided_alike(results, expected, tol):
+    assert len(results) == len(expected) == len(ROWS)
     for a, b in zip(results, expected):
         assert a.error is None and a.action == b.action and a.token_ids == b.token_ids
         assert a.signals.keys() == b.signals.keys()
