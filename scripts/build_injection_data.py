@@ -297,12 +297,19 @@ def encoded_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
         style = STYLES[i % (len(STYLES) - 1)]  # every style but corpus
         blocks, carrier_source = carrier(style, pools, rng)
         text, template = injection_encoded.encoded(rng, rng.choice(pools.email_bodies + pools.ticket_desc + pools.reviews))
-        blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
-        rows.append({"id": f"fit-{first + i:04d}", "instruction": task(style, pools, rng), "data": join(style, blocks),
-                     "label": 0, "style": style, "source": "innerguard:encoded", "carrier": carrier_source,
-                     "placement": placement, "group": "encoded:" + _key(template), "inserted": span_of(style, blocks, at),
-                     "calibrate": False})
+        rows.append(_appended_row(f"fit-{first + i:04d}", style, pools, rng, blocks, carrier_source, text,
+                                  0, "innerguard:encoded", "encoded:" + _key(template)))
     return rows
+
+
+def _appended_row(row_id: str, style: str, p: Pools, rng: random.Random, blocks: list[str], carrier_source: str,
+                  text: str, label: int, source: str, group: str) -> dict:
+    """A fit row appended after the balanced ones: ``text`` inserted into the
+    carrier's ``blocks``; ``calibrate: false`` (it does not set the threshold)."""
+    blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
+    return {"id": row_id, "instruction": task(style, p, rng), "data": join(style, blocks), "label": label,
+            "style": style, "source": source, "carrier": carrier_source, "placement": placement, "group": group,
+            "inserted": span_of(style, blocks, at), "calibrate": False}
 
 
 def fit_only_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
@@ -324,11 +331,7 @@ def fit_only_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
         else:
             text = rng.choice(injection_fit_only.NOTES)
             source, group = "innerguard:fit-only-note", "note:" + _key(text)
-        blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
-        rows.append({"id": f"fit-{first + i:04d}", "instruction": task(style, pools, rng), "data": join(style, blocks),
-                     "label": label, "style": style, "source": source, "carrier": carrier_source,
-                     "placement": placement, "group": group, "inserted": span_of(style, blocks, at),
-                     "calibrate": False})
+        rows.append(_appended_row(f"fit-{first + i:04d}", style, pools, rng, blocks, carrier_source, text, label, source, group))
     return rows
 
 
