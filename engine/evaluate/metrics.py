@@ -9,7 +9,10 @@ whole groups of equal scores.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import sqrt
 from typing import Sequence
+
+Z_95 = 1.959963984540054  # two-sided 95 % normal quantile
 
 
 def oriented(scores: Sequence[float], higher_is_positive: bool) -> list[float]:
@@ -124,4 +127,16 @@ class Confusion:
 
     def to_dict(self) -> dict:
         return {"tp": self.tp, "fp": self.fp, "tn": self.tn, "fn": self.fn,
-                "precision": self.precision, "recall": self.tpr, "fpr": self.fpr}
+                "precision": self.precision, "recall": self.tpr, "fpr": self.fpr,
+                "recall_95": wilson(self.tp, self.tp + self.fn), "fpr_95": wilson(self.fp, self.fp + self.tn)}
+
+
+def wilson(k: int, n: int, z: float = Z_95) -> list[float] | None:
+    """Wilson score interval for k successes in n trials ([low, high]; None
+    when n is 0). Unlike the normal approximation it stays inside [0, 1] and
+    is honest at 0 of n, which is what small calibration samples give."""
+    if n == 0:
+        return None
+    p, z2 = k / n, z * z
+    centre, half = (p + z2 / (2 * n)), z * sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return [max(0.0, (centre - half) / (1 + z2 / n)), min(1.0, (centre + half) / (1 + z2 / n))]

@@ -100,6 +100,10 @@ def _pct(value: float | None) -> str:
     return "   -  " if value is None else f"{100 * value:5.1f}%"
 
 
+def _interval(bounds: list[float] | None) -> str:
+    return "-" if bounds is None else f"{100 * bounds[0]:.1f}-{100 * bounds[1]:.1f}%"
+
+
 def _num(value: float | None) -> str:
     return "  -   " if value is None else f"{value:.4f}"
 
@@ -116,6 +120,7 @@ def format_text(report: dict[str, Any]) -> str:
             f"TPR at {100 * float(k):g}% FPR {_pct(v['tpr'])} (threshold {_num(v['threshold'])})" for k, v in report["tpr_at_fpr"].items()),
         f"at the policy's own thresholds (blocked): precision {_pct(c['precision'])} recall/TPR {_pct(c['recall'])} "
         f"FPR {_pct(c['fpr'])}  (tp {c['tp']}, fp {c['fp']}, tn {c['tn']}, fn {c['fn']})",
+        f"  95% intervals (Wilson): recall/TPR {_interval(c['recall_95'])}, FPR {_interval(c['fpr_95'])}",
     ]
     if len(report["signals_auroc"]) > 1:
         lines.append("AUROC per signal: " + ", ".join(f"{k} {_num(v)}" for k, v in report["signals_auroc"].items()))

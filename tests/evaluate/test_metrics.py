@@ -6,7 +6,7 @@ import json
 import pytest
 
 from innerguard.engine.evaluate import DataError, ScoreError, choose_score, load_rows
-from innerguard.engine.evaluate.metrics import Confusion, auroc, roc_curve, threshold_for_fpr, tpr_at_fpr
+from innerguard.engine.evaluate.metrics import Confusion, auroc, roc_curve, threshold_for_fpr, tpr_at_fpr, wilson
 from innerguard.engine.plan import PolicyProgram, RuleProgram
 from innerguard.engine.policy import conditions
 
@@ -64,6 +64,33 @@ def _plan(*rules, signals=("p.a", "p.b", "p.focus")):
                             rules=tuple(RuleProgram(id=f"r{i}", condition=conditions.to_data(conditions.parse(w)), action=a)
                                         for i, (w, a) in enumerate(rules)))
     return SimpleNamespace(policies=(program,))
+
+
+@pytest.mark.parametrize("k, n, low, high", [(81, 263, 0.2553, 0.3662), (15, 148, 0.0624, 0.1605),
+                                              (0, 20, 0.0, 0.1611), (1, 29, 0.0061, 0.1718)])
+def test_wilson_intervals_match_newcombes_worked_examples(k, n, low, high):
+    # Newcombe, "Two-sided confidence intervals for the single proportion",
+    # Statistics in Medicine 17 (1998), Table I, method 3 (score interval).
+    assert wilson(k, n) == pytest.approx([low, high], abs=5e-5)
+    assert wilson(n - k, n) == pytest.approx([1 - high, 1 - low], abs=5e-5)
+
+
+def test_the_confusion_reports_its_intervals_and_none_without_rows():
+    c = Confusion(tp=277, fp=4, tn=296, fn=23).to_dict()
+    assert c["recall_95"][0] < c["recall"] < c["recall_95"][1] and c["fpr_95"][0] < c["fpr"] < c["fpr_95"][1]
+    assert Confusion(tp=3, fp=0, tn=0, fn=1).to_dict()["fpr_95"] is None
+
+
+def test_the_report_prints_the_intervals_at_the_policy_thresholds():
+    from innerguard.engine.evaluate.report import RowResult, build_report, format_text
+    from innerguard.engine.evaluate.score import Score
+
+    # The shipped policy's confusion on data/injection/test.jsonl: tp 277, fp 4, tn 296, fn 23.
+    rows = [RowResult(f"r{i}", label, "email", 100, blocked, 5.0 if blocked else -5.0, {"p.s": 0.0})
+            for i, (label, blocked) in enumerate([(1, True)] * 277 + [(1, False)] * 23 + [(0, True)] * 4 + [(0, False)] * 296)]
+    report = build_report(rows, Score("p", ("p.s",), True, (2.645,)), policy_version="1", data="d.jsonl")
+    json.dumps(report)
+    assert "95% intervals (Wilson): recall/TPR 88.8-94.8%, FPR 0.5-3.4%" in format_text(report)
 
 
 def test_score_orientation_follows_the_block_rule():
