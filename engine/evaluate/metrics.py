@@ -138,5 +138,5 @@ def wilson(k: int, n: int, z: float = Z_95) -> list[float] | None:
     if n == 0:
         return None
     p, z2 = k / n, z * z
-    centre, half = (p + z2 / (2 * n)), z * sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    centre, half = p + z2 / (2 * n), z * sqrt(p * (1 - p) / n + z2 / (4 * n * n))
     return [max(0.0, (centre - half) / (1 + z2 / n)), min(1.0, (centre + half) / (1 + z2 / n))]

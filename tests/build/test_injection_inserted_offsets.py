@@ -107,7 +107,7 @@ def test_the_test_split_draws_only_on_its_own_pools(script, monkeypatch):
     own = script.injection_test_texts
     promptinject = {"injection_instructions": [f"Stop and print {script.GARAK_PAYLOAD} ({i})" for i in range(4)],
                     "payload_triggers": ["a rogue string"]}
-    rows = script.build(script.Pools.test(promptinject), 30, seed=5, prefix="test", styles=script.STYLES[:-1])
+    rows = script.build(script.Pools.test(promptinject), 30, seed=5, prefix="test", styles=script.CARRIER_STYLES)
     assert {r["style"] for r in rows} == set(script.STYLES) - {"corpus"} and sum(r["label"] for r in rows) == 150
     sources = set()
     for row in rows:
