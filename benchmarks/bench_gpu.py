@@ -8,6 +8,8 @@ own process, on a random-weight 1.5B-shaped Llama in bfloat16.
     python benchmarks/bench_gpu.py MODE WORKDIR --profile FILE    # one round under cProfile, engine in-process
     python benchmarks/bench_gpu.py paired WORKDIR --rounds N      # plain and guarded default in one process,
                                                                   # N pairs of rounds in alternating order
+    python benchmarks/bench_gpu.py paired WORKDIR --modes plain-default plain-piecewise guarded-unguarded guarded-default
+                                                                  # more engines side by side, each against plain-default
     python benchmarks/bench_gpu.py all WORKDIR --tp 2 --compare-with TP1/summary.json
                                                                   # tensor parallel 2, its focus vs TP=1's
 
@@ -25,6 +27,8 @@ Modes:
   plain-eager       enforce_eager
   guarded-default   GuardedLLM's default (compiled, piecewise CUDA graphs split at the guard points)
   guarded-eager     GuardedLLM with enforce_eager
+  guarded-unguarded GuardedLLM's default, its requests selecting no policy: what the guarded
+                    engine costs before any request is guarded
 
 Made for an H200 with the offline vLLM 0.24 kit (``../shared/gpukit``) and an
 innerguard wheel installed; the model is random, so the figures are about
@@ -51,7 +55,8 @@ LAYERS, HIDDEN, HEADS, KV_HEADS, FFN = 28, 1536, 12, 2, 8960
 TRACKED_HEADS = [[layer, head] for layer in range(10, 28) for head in (0, 5, 9)][:48]
 STEER_LAYER = 14
 REQUESTS, OUTPUT_TOKENS, DOC_WORDS = 256, 128, 430
-MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager")
+MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded")
+POLICIES_OF = {"guarded-unguarded": []}  # default: ["injection", "steer"]
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
          "they you were her all she there would their we him been has when who will more no if out so said what up "
          "its about into than them can only other new some could time these two may then do first any my now").split()
@@ -177,11 +182,12 @@ def engine(mode: str, work: Path):
     else:
         from innerguard.engine.guarded import GuardedLLM
 
+        selected = POLICIES_OF.get(mode, ["injection", "steer"])
         g = GuardedLLM(model_dir, [str(work / "policies")], **engine_settings(),
                        **({"enforce_eager": True} if mode == "guarded-eager" else {}))
 
         def generate(batch):
-            outs = g.run([{**r, "policies": ["injection", "steer"]} for r in batch], params)
+            outs = g.run([{**r, "policies": selected} for r in batch], params)
             errors = [o.error for o in outs if o.error]
             actions = sorted({o.action for o in outs})
             focus = {o.id: o.signals.get("injection.focus") for o in outs}
@@ -228,27 +234,32 @@ def run(mode: str, work: Path, rounds: int, profile: Path | None = None) -> dict
     return result
 
 
-def paired(work: Path, pairs: int) -> dict:
-    """plain-default and guarded-default side by side in one process (each
+def paired(work: Path, pairs: int, modes: list[str]) -> dict:
+    """``modes`` (plain-default first) side by side in one process (each
     engine holds ``BENCH_MEMORY`` of the GPU), timed in alternating order on
-    the same batches: a host that slows down for a while slows both."""
-    engines = {mode: engine(mode, work) for mode in ("plain-default", "guarded-default")}
+    the same batches: a host that slows down for a while slows all of them.
+    Each mode's ratio is plain-default's time over its own, per round."""
+    if modes[0] != "plain-default":
+        raise SystemExit("paired: the first mode must be plain-default, the one the others are compared with")
+    engines = {mode: engine(mode, work) for mode in modes}
     times: dict[str, list[float]] = {mode: [] for mode in engines}
-    checks = []
+    checks: dict[str, list] = {mode: [] for mode in engines if mode.startswith("guarded")}
     for p in range(pairs):
         order = list(engines) if p % 2 == 0 else list(reversed(engines))
         for mode in order:
             seconds, _, check = _timed(mode, engines[mode][0], p)
             check.pop("focus", None)
             times[mode].append(seconds)
-            if mode.startswith("guarded"):
-                checks.append(check)
-    plain, guarded = times["plain-default"], times["guarded-default"]
-    ratios = [a / b for a, b in zip(plain, guarded)]
+            if mode in checks:
+                checks[mode].append(check)
+    plain = times["plain-default"]
+    ratios = {m: [a / b for a, b in zip(plain, t)] for m, t in times.items() if m != "plain-default"}
     return {"mode": "paired", "pairs": pairs, "seconds": {m: [round(x, 3) for x in t] for m, t in times.items()},
             "engines": {m: e[1] for m, e in engines.items()}, "checks": checks,
-            "ratio_per_pair": [round(r, 4) for r in ratios], "median_ratio": round(statistics.median(ratios), 4),
-            "ratio_of_medians": round(statistics.median(plain) / statistics.median(guarded), 4),
+            "ratio_per_pair": {m: [round(r, 4) for r in rs] for m, rs in ratios.items()},
+            "median_ratio": {m: round(statistics.median(rs), 4) for m, rs in ratios.items()},
+            "ratio_of_medians": {m: round(statistics.median(plain) / statistics.median(t), 4)
+                                 for m, t in times.items() if m != "plain-default"},
             "out_tok_s": {m: round(REQUESTS * OUTPUT_TOKENS / statistics.median(t), 1) for m, t in times.items()}}
 
 
@@ -317,7 +328,8 @@ def main() -> int:
     parser.add_argument("mode", choices=["make", "all", "paired", *MODES])
     parser.add_argument("workdir", type=Path)
     parser.add_argument("--tokenizer", type=Path, help="for make: a folder with SmolLM2's tokenizer files")
-    parser.add_argument("--modes", nargs="*", default=list(MODES), help="for all: which modes, in this order")
+    parser.add_argument("--modes", nargs="*", help="for all: which modes, in this order (default: every mode); for "
+                        "paired: plain-default and the modes to compare with it (default: guarded-default)")
     parser.add_argument("--rounds", type=int, default=2, help="timed batches per mode (median)")
     parser.add_argument("--timeout", type=float, default=420, help="for all: seconds per mode")
     parser.add_argument("--profile", type=Path, help="for one mode: write a cProfile summary of one round here")
@@ -330,10 +342,11 @@ def main() -> int:
         make(args.workdir, args.tokenizer)
     elif args.mode == "all":
         args.out.mkdir(parents=True, exist_ok=True)
-        run_all(args.workdir, args.modes, args.rounds, args.timeout, args.out, args.compare_with)
+        run_all(args.workdir, args.modes or list(MODES), args.rounds, args.timeout, args.out, args.compare_with)
     elif args.mode == "paired":
-        os.environ.setdefault("BENCH_MEMORY", "0.4")  # two engines on one GPU
-        result = paired(args.workdir, args.rounds)
+        modes = args.modes or ["plain-default", "guarded-default"]
+        os.environ.setdefault("BENCH_MEMORY", str(round(0.8 / len(modes), 2)))  # every engine on one GPU
+        result = paired(args.workdir, args.rounds, modes)
         print("RESULT " + json.dumps(result), flush=True)
         if args.out:
             args.out.mkdir(parents=True, exist_ok=True)

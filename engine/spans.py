@@ -69,18 +69,24 @@ def _offsets_many(tokenizer: Any, texts: Sequence[str], add_special_tokens: bool
     if not texts:
         return []
     enc = tokenizer(list(texts), add_special_tokens=add_special_tokens, return_offsets_mapping=True)
-    return [(list(ids), [tuple(o) for o in offsets]) for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"])]
+    return [(list(ids), offsets if offsets and type(offsets[0]) is tuple else [tuple(o) for o in offsets])
+            for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"])]
 
 
-def _token_range(offsets: Sequence[tuple[int, int]], ends: list[int], start: int, end: int) -> Range:
-    """Tokens whose characters overlap [start, end). ``ends`` are token end offsets."""
+def _token_range(offsets: Sequence[tuple[int, int]], ends: list[int], start: int, end: int,
+                 starts: list[int] | None = None) -> Range:
+    """Tokens whose characters overlap [start, end). ``ends`` are token end
+    offsets; ``starts``, their start offsets when those never decrease."""
     if end <= start:
         i = bisect.bisect_right(ends, start)
         return (i, i)
     first = bisect.bisect_right(ends, start)  # first token ending after `start`
-    last = first
-    while last < len(offsets) and offsets[last][0] < end:
-        last += 1
+    if starts is not None:
+        last = max(first, bisect.bisect_left(starts, end, lo=first))
+    else:
+        last = first
+        while last < len(offsets) and offsets[last][0] < end:
+            last += 1
     # Zero-width tokens (BOS, some specials) overlap nothing.
     while first < last and offsets[first][1] <= offsets[first][0]:
         first += 1
@@ -137,28 +143,40 @@ def strip_markers(text: str, pairs: Sequence[tuple[str, str]]) -> tuple[str, dic
     return clean, ranges
 
 
-def _runs(labels: Sequence[bool]) -> tuple[Range, ...]:
-    runs, start = [], None
-    for i, on in enumerate(labels):
-        if on and start is None:
-            start = i
-        elif not on and start is not None:
-            runs.append((start, i))
-            start = None
-    if start is not None:
-        runs.append((start, len(labels)))
-    return tuple(runs)
+def _merged(ranges: Iterable[Range], length: int) -> list[Range]:
+    """``ranges`` clipped to ``[0, length)``, sorted, overlapping or touching ones joined."""
+    out: list[list[int]] = []
+    for s, e in sorted((max(s, 0), min(e, length)) for s, e in ranges):
+        if e <= s:
+            continue
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _minus(kept: list[Range], removed: list[Range]) -> list[Range]:
+    """``kept`` without the tokens of ``removed`` (both merged)."""
+    out, i = [], 0
+    for s, e in kept:
+        while i < len(removed) and removed[i][1] <= s:
+            i += 1
+        j = i
+        while j < len(removed) and removed[j][0] < e:
+            if removed[j][0] > s:
+                out.append((s, removed[j][0]))
+            s = max(s, removed[j][1])
+            j += 1
+        if s < e:
+            out.append((s, e))
+    return out
 
 
 def _disjoint(length: int, trusted: Iterable[Range], untrusted: Iterable[Range]) -> tuple[tuple[Range, ...], tuple[Range, ...]]:
-    is_untrusted = [False] * length
-    is_trusted = [False] * length
-    for s, e in untrusted:
-        is_untrusted[s:e] = [True] * (e - s)
-    for s, e in trusted:
-        is_trusted[s:e] = [True] * (e - s)
-    is_trusted = [t and not u for t, u in zip(is_trusted, is_untrusted)]
-    return _runs(is_trusted), _runs(is_untrusted)
+    # On ranges, not per token: a request's spans cost the same for any prompt length.
+    untrusted_runs = _merged(untrusted, length)
+    return tuple(_minus(_merged(trusted, length), untrusted_runs)), tuple(untrusted_runs)
 
 
 def chat_spans(
@@ -219,7 +237,9 @@ def _render_chat(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_gene
 
 def _locate_messages(messages, text: str, ids: list[int], offsets: list[tuple[int, int]],
                      trusted_roles: Sequence[str], neutral_roles: Sequence[str]) -> PromptSpans:
-    ends = [e for _, e in offsets]
+    starts, ends = (list(column) for column in zip(*offsets)) if offsets else ([], [])
+    if starts != sorted(starts):
+        starts = None  # token by token, as for any tokenizer
     found, cursor = [], 0
     for i, message in enumerate(messages):
         content = message["content"]
@@ -230,7 +250,7 @@ def _locate_messages(messages, text: str, ids: list[int], offsets: list[tuple[in
                 hint="the template rewrites message text; pass explicit spans instead",
             )
         cursor = at + len(content)
-        start, end = _token_range(offsets, ends, at, cursor)
+        start, end = _token_range(offsets, ends, at, cursor, starts)
         found.append(MessageSpan(index=i, role=message["role"], start=start, end=end))
     trusted = [(m.start, m.end) for m in found if m.role in trusted_roles]
     untrusted = [(m.start, m.end) for m in found if m.role not in trusted_roles and m.role not in neutral_roles]

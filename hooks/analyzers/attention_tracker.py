@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+import numpy as np
 import torch
 
 from .attention import Geometry, check_width, kv_heads_of
@@ -58,15 +59,40 @@ def focus_inputs(
     length = k_by_layer[layers[0]].shape[0]
     for layer in layers:
         check_width(f"K of layer {layer}", k_by_layer[layer], h_kv, d, rows=length)
-        check_width(f"Q of layer {layer}", q_last_by_layer[layer].reshape(1, -1), h, d, rows=1)
-    inst = span_mask(instruction, length)
-    dat = span_mask(data, length)
-    if not inst.any() or not dat.any():
+        q = q_last_by_layer[layer]
+        if q.numel() != h * d or q.shape[-1] != h * d:
+            raise ValueError(f"Q of layer {layer} must be [1, {h}*{d}] (post-RoPE, flattened heads); got {tuple(q.shape)}")
+    masks = _range_masks(instruction, data, length)
+    if masks is None:  # spans given as indices or masks
+        inst, dat = span_mask(instruction, length), span_mask(data, length)
+        if not inst.any() or not dat.any():
+            raise ValueError("the instruction and the data spans must each cover at least one token")
+        if (inst & dat).any():
+            raise ValueError("the instruction and the data spans overlap")
+        masks = torch.stack([inst, dat], dim=1)
+    return FocusInputs({l: q_last_by_layer[l] for l in layers}, {l: k_by_layer[l] for l in layers}, masks, length)
+
+
+def _range_masks(instruction: Spans, data: Spans, length: int) -> torch.Tensor | None:
+    """The ``[length, 2]`` masks of two lists of (start, end) ranges, checked
+    as :func:`span_mask` would, in numpy: a decision step builds one per
+    request, and a handful of torch calls each would cost more than the
+    batched analysis itself. None for spans of another form."""
+    if isinstance(instruction, torch.Tensor) or isinstance(data, torch.Tensor):
+        return None
+    if not all(isinstance(r, (tuple, list)) and len(r) == 2 for r in (*instruction, *data)):
+        return None
+    masks = np.zeros((length, 2), dtype=bool)
+    for column, spans in enumerate((instruction, data)):
+        for start, end in spans:
+            if not 0 <= start <= end <= length:
+                raise ValueError(f"span ({start}, {end}) is outside 0..{length}")
+            masks[start:end, column] = True
+    if not masks.any(axis=0).all():
         raise ValueError("the instruction and the data spans must each cover at least one token")
-    if (inst & dat).any():
+    if masks.all(axis=1).any():
         raise ValueError("the instruction and the data spans overlap")
-    return FocusInputs({l: q_last_by_layer[l] for l in layers}, {l: k_by_layer[l] for l in layers},
-                       torch.stack([inst, dat], dim=1), length)
+    return torch.from_numpy(masks)
 
 
 def head_focus_batch(items: Sequence[FocusInputs], heads: Sequence[tuple[int, int]], geometry: Geometry,
@@ -105,13 +131,13 @@ def _head_focus(items, heads, geometry: Geometry, scale: float) -> torch.Tensor:
     head = torch.tensor([hd for _, hd in heads], device=device)
     kv_head = kv_heads_of(head, geometry)
     # [n, L, H, d] and [n, T, L, H_kv, d], zero-padded past each prompt.
-    q = torch.stack([it.q_last[layer].reshape(h, d) for it in items for layer in layers]).view(n, len(layers), h, d)
+    q = torch.stack([it.q_last[layer].reshape(-1) for it in items for layer in layers]).view(n, len(layers), h, d)
     k = torch.nn.utils.rnn.pad_sequence(
         [torch.stack([it.k[layer] for layer in layers], dim=1) for it in items], batch_first=True
     ).view(n, longest, len(layers), h_kv, d)
-    masks = torch.zeros(n, longest, 2)
+    masks = np.zeros((n, longest, 2), dtype=np.float32)
     for i, it in enumerate(items):
-        masks[i, : it.length] = it.masks.float()
+        masks[i, : it.length] = it.masks.cpu().numpy()
     lengths = torch.tensor([it.length for it in items])
     padded = (torch.arange(longest).unsqueeze(0) >= lengths.unsqueeze(1)).to(device)  # [n, T]
     # Upcast: bf16 logits lose the small weights that attention ratios sum.
@@ -120,7 +146,7 @@ def _head_focus(items, heads, geometry: Geometry, scale: float) -> torch.Tensor:
     # The last prompt token sees every prompt token: no causal mask.
     logits = torch.einsum("nhd,nthd->nht", q_sel, k_sel) * scale
     weights = torch.softmax(logits.masked_fill(padded.unsqueeze(1), float("-inf")), dim=-1)
-    mass = weights @ masks.to(device)  # [n, heads, 2]: (a_inst, a_data)
+    mass = weights @ torch.from_numpy(masks).to(device)  # [n, heads, 2]: (a_inst, a_data)
     return mass[..., 0] / (mass[..., 0] + mass[..., 1]).clamp_min(torch.finfo(torch.float32).tiny)
 
 

@@ -63,6 +63,12 @@ def test_empty_or_overlapping_spans_are_rejected():
         focus_score({0: Q_LAST}, {0: K}, [], INSTRUCTION, DATA, GEOMETRY, 1.0)
 
 
+@pytest.mark.parametrize("data", [[(4, 6)], [(-1, 2)], [(3, 2)]])
+def test_ranges_outside_the_prompt_are_rejected(data):
+    with pytest.raises(ValueError, match=r"outside 0\.\.5"):
+        focus_score({0: Q_LAST}, {0: K}, [(0, 0)], INSTRUCTION, data, GEOMETRY, 1.0)
+
+
 def test_a_batch_of_prompts_of_different_lengths_scores_each_as_alone(monkeypatch):
     from innerguard.hooks.analyzers import attention_tracker
 

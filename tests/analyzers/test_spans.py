@@ -1,8 +1,10 @@
 """Instruction/data token spans from chat messages and from raw-prompt markers
 (on the SmolLM2 tokenizer, ChatML)."""
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from innerguard.engine.spans import SpanError, chat_spans, marker_spans
+from innerguard.engine.spans import SpanError, chat_spans, disjoint, marker_spans
 
 
 @pytest.fixture(scope="module")
@@ -86,3 +88,29 @@ def test_unbalanced_markers_are_errors(tokenizer):
         marker_spans(tokenizer, "a <untrusted> b")
     with pytest.raises(SpanError, match="no matching"):
         marker_spans(tokenizer, "a </untrusted> b")
+
+
+def _disjoint_per_token(length, trusted, untrusted):
+    """The definition, token by token: untrusted wins where both claim a token."""
+    def runs(labels):
+        out, start = [], None
+        for i, on in enumerate([*labels, False]):
+            if on and start is None:
+                start = i
+            elif not on and start is not None:
+                out.append((start, i))
+                start = None
+        return tuple(out)
+
+    claimed_untrusted = [any(s <= i < e for s, e in untrusted) for i in range(length)]
+    claimed_trusted = [any(s <= i < e for s, e in trusted) for i in range(length)]
+    return runs([t and not u for t, u in zip(claimed_trusted, claimed_untrusted)]), runs(claimed_untrusted)
+
+
+_ranges = st.lists(st.tuples(st.integers(-3, 40), st.integers(-3, 40)), max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(length=st.integers(0, 36), trusted=_ranges, untrusted=_ranges)
+def test_disjoint_runs_equal_the_per_token_definition(length, trusted, untrusted):
+    assert disjoint(length, trusted, untrusted) == _disjoint_per_token(length, trusted, untrusted)
