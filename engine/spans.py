@@ -93,10 +93,19 @@ def _token_range(offsets: Sequence[tuple[int, int]], ends: list[int], start: int
     return (first, last)
 
 
+def _locator(offsets: Sequence[tuple[int, int]]):
+    """``(start, end) -> token range`` over one text's offsets (``_token_range``),
+    by bisection when the start offsets never decrease, else token by token."""
+    starts, ends = (list(column) for column in zip(*offsets)) if offsets else ([], [])
+    if starts != sorted(starts):
+        starts = None
+    return lambda start, end: _token_range(offsets, ends, start, end, starts)
+
+
 def token_ranges(offsets: Sequence[tuple[int, int]], char_ranges: Iterable[Range]) -> tuple[Range, ...]:
     """Token ranges covering each non-empty character range."""
-    ends = [e for _, e in offsets]
-    return tuple(_token_range(offsets, ends, s, e) for s, e in char_ranges if e > s)
+    locate = _locator(offsets)
+    return tuple(locate(s, e) for s, e in char_ranges if e > s)
 
 
 def disjoint(length: int, trusted: Iterable[Range], untrusted: Iterable[Range]) -> tuple[tuple[Range, ...], tuple[Range, ...]]:
@@ -237,9 +246,7 @@ def _render_chat(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_gene
 
 def _locate_messages(messages, text: str, ids: list[int], offsets: list[tuple[int, int]],
                      trusted_roles: Sequence[str], neutral_roles: Sequence[str]) -> PromptSpans:
-    starts, ends = (list(column) for column in zip(*offsets)) if offsets else ([], [])
-    if starts != sorted(starts):
-        starts = None  # token by token, as for any tokenizer
+    locate = _locator(offsets)
     found, cursor = [], 0
     for i, message in enumerate(messages):
         content = message["content"]
@@ -250,7 +257,7 @@ def _locate_messages(messages, text: str, ids: list[int], offsets: list[tuple[in
                 hint="the template rewrites message text; pass explicit spans instead",
             )
         cursor = at + len(content)
-        start, end = _token_range(offsets, ends, at, cursor, starts)
+        start, end = locate(at, cursor)
         found.append(MessageSpan(index=i, role=message["role"], start=start, end=end))
     trusted = [(m.start, m.end) for m in found if m.role in trusted_roles]
     untrusted = [(m.start, m.end) for m in found if m.role not in trusted_roles and m.role not in neutral_roles]

@@ -114,3 +114,26 @@ _ranges = st.lists(st.tuples(st.integers(-3, 40), st.integers(-3, 40)), max_size
 @given(length=st.integers(0, 36), trusted=_ranges, untrusted=_ranges)
 def test_disjoint_runs_equal_the_per_token_definition(length, trusted, untrusted):
     assert disjoint(length, trusted, untrusted) == _disjoint_per_token(length, trusted, untrusted)
+
+
+@st.composite
+def _offsets_and_ranges(draw):
+    """Offsets of a text as a fast tokenizer gives them (ordered, some zero-width)."""
+    widths = draw(st.lists(st.integers(0, 4), max_size=30))
+    offsets, at = [], 0
+    for w in widths:
+        offsets.append((at, at + w))
+        at += w
+    ranges = draw(st.lists(st.tuples(st.integers(0, at + 2), st.integers(0, at + 2)), max_size=6))
+    return offsets, ranges
+
+
+@settings(max_examples=400, deadline=None)
+@given(_offsets_and_ranges())
+def test_token_ranges_by_bisection_equal_the_token_by_token_scan(case):
+    from innerguard.engine.spans import _token_range, token_ranges
+
+    offsets, ranges = case
+    ends = [e for _, e in offsets]
+    scanned = tuple(_token_range(offsets, ends, s, e) for s, e in ranges if e > s)  # no starts: the scan
+    assert token_ranges(offsets, ranges) == scanned
