@@ -7,9 +7,10 @@
 
 Each request is detected during its prefill and decided before its first
 token is sampled, in the same forward pass; the worker returns only small
-results (signals, decisions). A guarded engine always runs eager, because
-forward hooks do not fire inside compiled graphs, and a self-check at start
-proves every hook fires before any request is served.
+results (signals, decisions). The engine runs in vLLM's default mode (the
+guard points are compiled in; ``enforce_eager=True`` is an option), and a
+canary request with a known decision proves at every install that capture,
+row attribution and arguments work in that mode.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, s
 log = get_logger(__name__)
 
 FINISH_ERROR = "error"
+PREPARE_CHUNK = 32  # requests prepared at a time, while the engine runs those before
 
 
 @dataclass
@@ -150,49 +152,68 @@ class GuardedLLM:
                     bad_id = str(request.get("id", i)) if isinstance(request, Mapping) else str(i)
                     request = PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc))
             parsed.append(request)
-        ready = iter(prepare_many(self.plan, [r for r in parsed if isinstance(r, GuardRequest)], self.tokenizer,
-                                  share_prefix_cache=self.share_prefix_cache,
-                                  share_token_scores=self.share_token_scores))
-        prepared = [next(ready) if isinstance(r, GuardRequest) else r for r in parsed]
-        runnable = [p for p in prepared if p.error is None]
-        started = time.time()
-        outputs = {}
-        calibrations = [p for p in runnable if p.calibration is not None]
-        if calibrations:
-            # The reranker's content-free passes go first: they compute the
-            # shared documents once, and the real requests reuse them.
-            self.llm.generate(
-                [{"prompt_token_ids": list(p.calibration.prompt_token_ids), "cache_salt": p.cache_salt} for p in calibrations],
-                [SamplingParams(max_tokens=1, extra_args=p.calibration.extra_args) for p in calibrations],
-                use_tqdm=False,
-            )
-        if runnable:
-            prompts = [
-                {"prompt_token_ids": list(p.prompt_token_ids), **({"cache_salt": p.cache_salt} if p.cache_salt else {})}
-                for p in runnable
-            ]
-            params = [self._params(base, p) for p in runnable]
-            outputs = self._generate(runnable, prompts, params, started, use_tqdm)
+        prepared: list[PreparedRequest] = []
+        outputs = self._generate(self._prepared_chunks(parsed, prepared), base, len(parsed), use_tqdm)
         return [self._output(p, outputs.get(id(p))) for p in prepared]
 
-    def _generate(self, runnable, prompts, params, started: float, use_tqdm: bool) -> dict[int, Any]:
-        """Steps the engine itself, so that each verdict is taken (and audited)
-        right after the step that decided it, not after the whole batch."""
+    def _prepared_chunks(self, parsed, prepared: list[PreparedRequest]):
+        """``parsed`` prepared a chunk at a time, each chunk appended to
+        ``prepared`` and yielded as its runnable requests: the engine (its own
+        process) runs one chunk while the next is prepared."""
+        for i in range(0, len(parsed), PREPARE_CHUNK):
+            chunk = parsed[i:i + PREPARE_CHUNK]
+            ready = iter(prepare_many(self.plan, [r for r in chunk if isinstance(r, GuardRequest)], self.tokenizer,
+                                      share_prefix_cache=self.share_prefix_cache,
+                                      share_token_scores=self.share_token_scores))
+            done = [next(ready) if isinstance(r, GuardRequest) else r for r in chunk]
+            prepared += done
+            yield [p for p in done if p.error is None]
+
+    def _generate(self, chunks, base, total: int, use_tqdm: bool) -> dict[int, Any]:
+        """Adds each chunk's requests as it comes, then steps the engine
+        itself, so that each verdict is taken (and audited) right after the
+        step that decided it, not after the whole batch."""
         from tqdm import tqdm
 
         engine = self.llm.llm_engine
         batch = uuid.uuid4().hex[:8]
-        by_id = {}
-        for i, (p, prompt, param) in enumerate(zip(runnable, prompts, params)):
-            request_id = f"innerguard-{batch}-{i}"
-            engine.add_request(request_id, prompt, param)
+        started = time.time()
+        by_id: dict[str, PreparedRequest] = {}
+        after: dict[str, PreparedRequest] = {}  # by calibration pass: the request that starts when it ends
+        waiting: dict[str, PreparedRequest] = {}
+
+        def add(p: PreparedRequest) -> None:
+            request_id = f"innerguard-{batch}-{len(by_id)}"
+            prompt = {"prompt_token_ids": list(p.prompt_token_ids), **({"cache_salt": p.cache_salt} if p.cache_salt else {})}
+            engine.add_request(request_id, prompt, self._params(base, p))
             by_id[request_id] = p
-        waiting = {p.key: p for p in runnable if p.key}
+            if p.key:
+                waiting[p.key] = p
+
+        bar = tqdm(total=total, desc="guarded requests", disable=not use_tqdm)
+        try:
+            for runnable in chunks:
+                for p in runnable:
+                    if p.calibration is None:
+                        add(p)
+                    else:  # the reranker's content-free pass first: it computes the documents, the request reuses them
+                        calibration_id = f"innerguard-{batch}-calibration-{len(after)}"
+                        engine.add_request(calibration_id, {"prompt_token_ids": list(p.calibration.prompt_token_ids),
+                                                            "cache_salt": p.cache_salt}, self._calibration_params(p))
+                        after[calibration_id] = p
+        except BaseException:  # e.g. interrupted while preparing: the chunks already running stop too
+            if by_id or after:
+                engine.abort_request([*by_id, *after])
+            raise
+        bar.update(total - len(by_id) - len(after))  # those that never run: errors
         outputs: dict[int, Any] = {}
-        bar = tqdm(total=len(by_id), desc="guarded requests", disable=not use_tqdm)
         while engine.has_unfinished_requests():
             for out in engine.step():
-                if out.finished and out.request_id in by_id:
+                if not out.finished:
+                    continue
+                if out.request_id in after:
+                    add(after.pop(out.request_id))
+                elif out.request_id in by_id:
                     outputs[id(by_id[out.request_id])] = out
                     bar.update(1)
             if waiting:
@@ -214,6 +235,14 @@ class GuardedLLM:
                 self.audit.record_decision(result, plan=self.plan, request=RequestInfo(
                     request_id=prepared.request.id, received_at=started, model=self.model_name,
                     prompt=_prompt_text(prepared.request), prompt_tokens=len(prepared.prompt_token_ids)))
+
+    @staticmethod
+    def _calibration_params(prepared: PreparedRequest):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(max_tokens=1, extra_args=prepared.calibration.extra_args,
+                              output_kind=RequestOutputKind.FINAL_ONLY)
 
     @staticmethod
     def _params(base, prepared: PreparedRequest):

@@ -42,3 +42,46 @@ def test_64_mixed_requests_decide_as_if_alone(guarded, plain_llm):
     plain = plain_llm.generate([{"prompt_token_ids": i} for i in ids], SamplingParams(temperature=0, max_tokens=6), use_tqdm=False)
     for (r, t), p in zip(unguarded, plain):
         assert list(t.token_ids) == list(p.outputs[0].token_ids), r["id"]
+
+
+def test_a_batch_prepared_in_chunks_comes_back_in_input_order(guarded, monkeypatch):
+    """The engine runs one chunk while the next is prepared: bad rows in every
+    chunk answer in their place, and every good row is decided."""
+    from innerguard.engine import guarded as guarded_module
+
+    monkeypatch.setattr(guarded_module, "PREPARE_CHUNK", 4)
+    rows = []
+    for i in range(11):
+        if i % 4 == 1:
+            rows.append({"id": f"bad{i}", "instruction": "Say hello.", "data": "Hi.", "max_tokens": 0})
+        else:
+            rows.append(row(i, ["injection"], max_tokens=2))
+    outs = guarded.run(rows)
+    assert [o.id for o in outs] == [r["id"] for r in rows]
+    for r, o in zip(rows, outs):
+        if r["id"].startswith("bad"):
+            assert o.error and o.action == "error"
+        else:
+            assert o.error is None and "injection.focus" in o.signals, (r["id"], o)
+
+
+def test_a_batch_interrupted_while_preparing_leaves_nothing_running(guarded, monkeypatch):
+    from innerguard.engine import guarded as guarded_module
+
+    real = guarded_module.prepare_many
+    calls = []
+
+    def prepare_then_fail(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(guarded_module, "PREPARE_CHUNK", 3)
+    monkeypatch.setattr(guarded_module, "prepare_many", prepare_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        guarded.run([row(i, ["injection"], max_tokens=64) for i in range(6)])
+    assert not guarded.llm.llm_engine.has_unfinished_requests()  # the first chunk was aborted
+    monkeypatch.setattr(guarded_module, "prepare_many", real)
+    again = guarded.run([row(0, ["injection"], max_tokens=2)])
+    assert again[0].error is None and "injection.focus" in again[0].signals
