@@ -184,8 +184,7 @@ class GuardedLLM:
 
         def add(p: PreparedRequest) -> None:
             request_id = f"innerguard-{batch}-{len(by_id)}"
-            prompt = {"prompt_token_ids": list(p.prompt_token_ids), **({"cache_salt": p.cache_salt} if p.cache_salt else {})}
-            engine.add_request(request_id, prompt, self._params(base, p))
+            engine.add_request(request_id, _engine_prompt(p.prompt_token_ids, p.cache_salt), self._params(base, p))
             by_id[request_id] = p
             if p.key:
                 waiting[p.key] = p
@@ -198,8 +197,8 @@ class GuardedLLM:
                         add(p)
                     else:  # the reranker's content-free pass first: it computes the documents, the request reuses them
                         calibration_id = f"innerguard-{batch}-calibration-{len(after)}"
-                        engine.add_request(calibration_id, {"prompt_token_ids": list(p.calibration.prompt_token_ids),
-                                                            "cache_salt": p.cache_salt}, self._calibration_params(p))
+                        engine.add_request(calibration_id, _engine_prompt(p.calibration.prompt_token_ids, p.cache_salt),
+                                           self._calibration_params(p))
                         after[calibration_id] = p
         except BaseException:  # e.g. interrupted while preparing: the chunks already running stop too
             if by_id or after:
@@ -298,6 +297,11 @@ class GuardedLLM:
         shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if shutdown:
             shutdown()
+
+
+def _engine_prompt(token_ids, cache_salt: str | None) -> dict[str, Any]:
+    """A prompt as vLLM's engine takes it; a request with no salt shares the prefix cache."""
+    return {"prompt_token_ids": list(token_ids), **({"cache_salt": cache_salt} if cache_salt else {})}
 
 
 def _prompt_text(request: GuardRequest) -> str:

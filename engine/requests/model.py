@@ -55,9 +55,10 @@ class GuardRequest:
             raise RequestError("request has neither 'messages' nor 'instruction'/'data' nor 'prompt'")
         if messages is not None and (
             not isinstance(messages, list)
+            or not messages  # no chat template renders an empty conversation
             or not all(isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in messages)
         ):
-            raise RequestError("'messages' must be a list of objects with a 'role' and a 'content'")
+            raise RequestError("'messages' must be a non-empty list of objects with a 'role' and a 'content'")
         if "prompt" in row and messages is None and not isinstance(row["prompt"], str):
             raise RequestError("'prompt' must be a string")
         max_tokens = row.get("max_tokens")
