@@ -9,10 +9,18 @@ so it is computed once, here, from the tokenizer alone:
 - :func:`marker_spans`: a raw prompt in which untrusted text is wrapped in
   explicit markers; the markers are removed before tokenizing.
 
+Default deny: every rendered token is template structure, trusted text or
+untrusted text. Structure is what the template itself writes: the rendering
+of the same roles with placeholder contents (so a default system prompt the
+template inserts is structure). A message's content is trusted only when its
+role is trusted; everything else the client wrote is untrusted, whatever its
+role, and so is any rendered text outside the contents that the structure
+does not account for (a ``name`` or tool arguments the template prints).
+Role names are part of the structure, so only known roles are accepted.
+
 Ranges are half-open token ranges ``(start, end)``. A token that straddles
 trusted and untrusted text counts as untrusted, so the two lists never
-overlap. Template text that belongs to no message (for example a default
-system prompt the template inserts) is in neither list.
+overlap.
 """
 from __future__ import annotations
 
@@ -23,8 +31,10 @@ from typing import Any, Iterable, Mapping, Sequence
 from innerguard.engine.errors import InnerguardError
 
 TRUSTED_ROLES = ("system", "developer", "user")
-# Earlier assistant turns are the model's own words: neither instruction nor data.
-NEUTRAL_ROLES = ("assistant",)
+# The roles chat templates know. A role string is printed into the prompt as
+# template structure, so an unknown one (or "user\n<text>") would be text
+# that no span covers: it is refused unless the operator allows it.
+KNOWN_ROLES = ("system", "developer", "user", "assistant", "tool")
 OPEN_MARKER = "<untrusted>"
 CLOSE_MARKER = "</untrusted>"
 
@@ -51,6 +61,9 @@ class PromptSpans:
     messages: tuple[MessageSpan, ...] = ()
     text: str = ""  # what was tokenized (chat: the rendered template)
     offsets: tuple[tuple[int, int], ...] = ()  # per token, its characters in ``text``
+    # Chat: rendered text outside every message's content that is not the
+    # template's own structure (fields the template prints, e.g. a name).
+    foreign: tuple[Range, ...] = ()
 
     def role(self, role: str) -> tuple[Range, ...]:
         """Content ranges of all messages with this role, in order."""
@@ -111,6 +124,11 @@ def token_ranges(offsets: Sequence[tuple[int, int]], char_ranges: Iterable[Range
 def disjoint(length: int, trusted: Iterable[Range], untrusted: Iterable[Range]) -> tuple[tuple[Range, ...], tuple[Range, ...]]:
     """Trusted and untrusted token runs; a token in both counts as untrusted."""
     return _disjoint(length, trusted, untrusted)
+
+
+def minus(kept: Iterable[Range], removed: Iterable[Range], length: int) -> list[Range]:
+    """The tokens of ``kept`` that are in no range of ``removed``."""
+    return _minus(_merged(kept, length), _merged(removed, length))
 
 
 def strip_markers(text: str, pairs: Sequence[tuple[str, str]]) -> tuple[str, dict[tuple[str, str], list[Range]]]:
@@ -193,14 +211,14 @@ def chat_spans(
     messages: Sequence[Mapping[str, Any]],
     *,
     trusted_roles: Sequence[str] = TRUSTED_ROLES,
-    neutral_roles: Sequence[str] = NEUTRAL_ROLES,
+    allowed_roles: Sequence[str] = KNOWN_ROLES,
     add_generation_prompt: bool = True,
 ) -> PromptSpans:
     """Render ``messages`` with the chat template and locate each message's
-    content tokens. Roles in ``trusted_roles`` are trusted, roles in
-    ``neutral_roles`` are neither, every other role (tool, function,
-    documents, ...) is untrusted."""
-    found = chat_spans_many(tokenizer, [messages], trusted_roles=trusted_roles, neutral_roles=neutral_roles,
+    content tokens. Roles in ``trusted_roles`` are trusted; every other
+    message (assistant turns too: the client wrote them) and any foreign
+    text is untrusted. A role outside ``allowed_roles`` is a ``SpanError``."""
+    found = chat_spans_many(tokenizer, [messages], trusted_roles=trusted_roles, allowed_roles=allowed_roles,
                             add_generation_prompt=add_generation_prompt)[0]
     if isinstance(found, SpanError):
         raise found
@@ -212,7 +230,7 @@ def chat_spans_many(
     conversations: Sequence[Sequence[Mapping[str, Any]]],
     *,
     trusted_roles: Sequence[str] = TRUSTED_ROLES,
-    neutral_roles: Sequence[str] = NEUTRAL_ROLES,
+    allowed_roles: Sequence[str] = KNOWN_ROLES,
     add_generation_prompt: bool = True,
 ) -> list[PromptSpans | SpanError]:
     """:func:`chat_spans` of each conversation, tokenized in one call; a
@@ -220,7 +238,7 @@ def chat_spans_many(
     texts: list[str | SpanError] = []
     for messages in conversations:
         try:
-            texts.append(_render_chat(tokenizer, messages, add_generation_prompt))
+            texts.append(_render_chat(tokenizer, messages, add_generation_prompt, allowed_roles))
         except SpanError as exc:
             texts.append(exc)
     encoded = iter(_offsets_many(tokenizer, [t for t in texts if isinstance(t, str)], add_special_tokens=False))
@@ -231,38 +249,116 @@ def chat_spans_many(
             continue
         ids, offsets = next(encoded)
         try:
-            out.append(_locate_messages(messages, text, ids, offsets, trusted_roles, neutral_roles))
+            contents = [text_content(m.get("content"), i, m.get("role")) for i, m in enumerate(messages)]
+            skeleton = _skeleton(tokenizer, messages, add_generation_prompt)
+            out.append(_locate_messages(messages, contents, skeleton, text, ids, offsets, trusted_roles))
         except SpanError as exc:
             out.append(exc)
     return out
 
 
-def _render_chat(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> str:
+def text_content(content: Any, index: int, role: Any) -> str:
+    """A message's text: a string, or a list of text parts joined by newlines
+    (as vLLM joins them for templates that take a string)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content and all(
+            isinstance(p, Mapping) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+        return "\n".join(p["text"] for p in content)
+    raise SpanError(f"message {index} ({role!r}) has no text content; only string content or text parts are supported")
+
+
+def check_roles(messages: Sequence[Mapping[str, Any]], allowed_roles: Sequence[str]) -> None:
     for i, message in enumerate(messages):
-        if not isinstance(message.get("content"), str):
-            raise SpanError(f"message {i} ({message.get('role')!r}) has no text content; only string content is supported")
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
+        role = message.get("role")
+        if role not in allowed_roles:
+            shown = repr(role) if isinstance(role, str) and len(role) <= 40 else "this role"
+            raise SpanError(f"message {i}: {shown} is not an accepted chat role",
+                            hint=f"use one of {', '.join(allowed_roles)}; an operator allows another by naming it "
+                            "in a policy's spans")
 
 
-def _locate_messages(messages, text: str, ids: list[int], offsets: list[tuple[int, int]],
-                     trusted_roles: Sequence[str], neutral_roles: Sequence[str]) -> PromptSpans:
-    locate = _locator(offsets)
+def _render_chat(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool,
+                 allowed_roles: Sequence[str] = KNOWN_ROLES) -> str:
+    check_roles(messages, allowed_roles)
+    plain = [{**m, "content": text_content(m.get("content"), i, m.get("role"))} for i, m in enumerate(messages)]
+    return tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+
+# Placeholder contents for the skeleton: private-use characters no tokenizer
+# merges with their neighbours' text in a way that matters here, and that
+# client text cannot make the template print by accident.
+def _placeholder(i: int) -> str:
+    return f"\ue000innerguard-{i}\ue001"
+
+
+def _skeleton(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> list[str] | None:
+    """The template's own text around each message: the conversation rendered
+    with only the roles and placeholder contents, cut at the placeholders.
+    None when the template does not print every placeholder once, in order."""
+    bare = [{"role": m["role"], "content": _placeholder(i)} for i, m in enumerate(messages)]
+    rendered = tokenizer.apply_chat_template(bare, tokenize=False, add_generation_prompt=add_generation_prompt)
+    pieces, cursor = [], 0
+    for i in range(len(messages)):
+        at = rendered.find(_placeholder(i), cursor)
+        if at < 0:
+            return None
+        pieces.append(rendered[cursor:at])
+        cursor = at + len(_placeholder(i))
+    pieces.append(rendered[cursor:])
+    return pieces
+
+
+def _exact_layout(text: str, contents: Sequence[str], skeleton: Sequence[str]) -> list[Range] | None:
+    """Each content's character range when ``text`` is exactly the skeleton
+    with the contents in place; else None."""
     found, cursor = [], 0
-    for i, message in enumerate(messages):
-        content = message["content"]
+    for piece, content in zip(skeleton, contents):
+        if not text.startswith(piece, cursor) or not text.startswith(content, cursor + len(piece)):
+            return None
+        cursor += len(piece)
+        found.append((cursor, cursor + len(content)))
+        cursor += len(content)
+    return found if text[cursor:] == skeleton[-1] else None
+
+
+def _searched_layout(messages, text: str, contents: Sequence[str], skeleton: Sequence[str] | None
+                     ) -> tuple[list[Range], list[Range]]:
+    """Content ranges found by search, and the gaps between them that are not
+    the skeleton's structure (all gaps when there is no skeleton)."""
+    found, cursor = [], 0
+    for i, content in enumerate(contents):
         at = text.find(content, cursor)
         if at < 0:
             raise SpanError(
-                f"message {i} ({message['role']!r}): its content does not appear verbatim in the rendered chat template",
+                f"message {i} ({messages[i]['role']!r}): its content does not appear verbatim in the rendered chat template",
                 hint="the template rewrites message text; pass explicit spans instead",
             )
         cursor = at + len(content)
-        start, end = locate(at, cursor)
-        found.append(MessageSpan(index=i, role=message["role"], start=start, end=end))
+        found.append((at, cursor))
+    edges = [0] + [e for _, e in found]
+    gaps = list(zip(edges, [s for s, _ in found] + [len(text)]))
+    foreign = [(s, e) for k, (s, e) in enumerate(gaps)
+               if e > s and (skeleton is None or text[s:e] != skeleton[k])]
+    return found, foreign
+
+
+def _locate_messages(messages, contents: Sequence[str], skeleton: Sequence[str] | None, text: str, ids: list[int],
+                     offsets: list[tuple[int, int]], trusted_roles: Sequence[str]) -> PromptSpans:
+    chars = _exact_layout(text, contents, skeleton) if skeleton is not None else None
+    foreign_chars: list[Range] = []
+    if chars is None:  # the template printed more than roles and contents: whatever it is, it is the client's
+        chars, foreign_chars = _searched_layout(messages, text, contents, skeleton)
+    locate = _locator(offsets)
+    found = []
+    for i, (message, (at, end)) in enumerate(zip(messages, chars)):
+        start, stop = locate(at, end)
+        found.append(MessageSpan(index=i, role=message["role"], start=start, end=stop))
+    foreign = tuple(locate(s, e) for s, e in foreign_chars)
     trusted = [(m.start, m.end) for m in found if m.role in trusted_roles]
-    untrusted = [(m.start, m.end) for m in found if m.role not in trusted_roles and m.role not in neutral_roles]
+    untrusted = [(m.start, m.end) for m in found if m.role not in trusted_roles] + list(foreign)
     trusted_r, untrusted_r = _disjoint(len(ids), trusted, untrusted)
-    return PromptSpans(tuple(ids), trusted_r, untrusted_r, tuple(found), text, tuple(offsets))
+    return PromptSpans(tuple(ids), trusted_r, untrusted_r, tuple(found), text, tuple(offsets), foreign)
 
 
 def marker_spans(

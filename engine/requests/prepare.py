@@ -16,7 +16,7 @@ from ..spans import chat_spans_many
 from .model import GuardRequest, PreparedRequest
 from .rerank import calibration, rerank_spans
 from .selection import select_policies
-from .spans import policy_ranges, render
+from .spans import allowed_roles, policy_ranges, render
 from .text_signals import text_signals
 
 
@@ -37,7 +37,8 @@ def prepare_many(plan: Plan, requests: Sequence[GuardRequest], tokenizer, *,
                  share_prefix_cache: bool = False, share_token_scores: bool = False) -> list[PreparedRequest]:
     """``prepare`` for a batch: every chat request's template is tokenized in
     one tokenizer call (on all cores), not one call per request."""
-    chats = iter(chat_spans_many(tokenizer, [r.messages for r in requests if r.messages is not None]))
+    chats = iter(chat_spans_many(tokenizer, [r.messages for r in requests if r.messages is not None],
+                                 allowed_roles=allowed_roles(plan)))
     return [prepare(plan, r, tokenizer, share_prefix_cache=share_prefix_cache, share_token_scores=share_token_scores,
                     chat=next(chats) if r.messages is not None else None) for r in requests]
 
@@ -78,7 +79,7 @@ def cache_salt(policies, rerank: bool, sharing: CacheSharing, token_signals: fro
 
 def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing, chat=None) -> PreparedRequest:
     policies = select_policies(plan, request)
-    rendering = render(tokenizer, request, policies, chat)
+    rendering = render(tokenizer, request, policies, chat, allowed_roles(plan))
     if not policies:
         return PreparedRequest(request=request, prompt_token_ids=rendering.input_ids, bundle_hash=plan.bundle_hash)
     ranges = {p.name: policy_ranges(rendering, p.spans) for p in policies}

@@ -6,13 +6,19 @@ resolved over that one rendering (``policy_ranges``):
 
 - chat requests: ``roles`` pick messages by role; ``begin``/``end`` markers
   are searched in the rendered conversation and stay visible to the model;
-  without ``trusted``, the roles system/developer/user are trusted; without
-  ``untrusted``, every other role except assistant is untrusted.
+  without ``trusted``, the roles system/developer/user are trusted.
+  Default deny: whatever the client wrote that the policy does not trust is
+  untrusted (every other message, assistant turns included, and foreign
+  text the template printed); ``untrusted`` can only add to that.
 - raw prompts: the markers of every selected policy (and the default
   ``<untrusted>``/``</untrusted>``) are removed before tokenizing; a policy's
   untrusted part is the text its markers enclosed (default markers when it
   names none), its trusted part the text its trusted markers enclosed, or
-  else everything outside its untrusted part.
+  else everything outside its untrusted part. With trusted markers, text
+  outside both kinds of markers is untrusted.
+
+A chat role is template structure, so only known roles are accepted: those
+of ``spans.KNOWN_ROLES`` and any role a policy of the plan names.
 """
 from __future__ import annotations
 
@@ -48,14 +54,31 @@ class Rendering:
         return self.base.input_ids
 
 
+def allowed_roles(plan: Plan) -> tuple[str, ...]:
+    """The chat roles a request may use: the known ones and every role a
+    policy of ``plan`` names (the operator's way to allow another)."""
+    named = []
+    for policy in plan.policies:
+        for part in ("trusted", "untrusted"):
+            named.extend((policy.spans.get(part) or {}).get("roles") or ())
+    for spec in plan.analyzers:
+        for part in ("documents", "query"):
+            value = spec.params.get(part)
+            if isinstance(value, Mapping):
+                named.extend(value.get("roles") or ())
+    return tuple(dict.fromkeys([*span_lib.KNOWN_ROLES, *(r for r in named if isinstance(r, str))]))
+
+
 def render(tokenizer: Any, request: GuardRequest, policies: Sequence[PolicyProgram],
-           chat: span_lib.PromptSpans | span_lib.SpanError | None = None) -> Rendering:
-    """``chat``: the request's messages already resolved (``chat_spans_many``)."""
+           chat: span_lib.PromptSpans | span_lib.SpanError | None = None,
+           roles: Sequence[str] = span_lib.KNOWN_ROLES) -> Rendering:
+    """``chat``: the request's messages already resolved (``chat_spans_many``);
+    ``roles``: the accepted chat roles (``allowed_roles``)."""
     try:
         if isinstance(chat, span_lib.SpanError):
             raise chat
         if request.messages is not None:
-            return Rendering(chat or span_lib.chat_spans(tokenizer, request.messages))
+            return Rendering(chat or span_lib.chat_spans(tokenizer, request.messages, allowed_roles=roles))
         if not isinstance(request.prompt, str):
             raise RequestError("'prompt' must be a string")
         pairs = marker_pairs(policies)
@@ -75,6 +98,7 @@ def policy_ranges(rendering: Rendering, spans: Mapping[str, Any]) -> tuple[Range
         pair = _markers(trusted_spec)
         if pair:
             trusted = rendering.marked.get(pair, ())
+            untrusted = (*untrusted, *span_lib.complement(trusted, len(base.input_ids)))
         else:
             outside = span_lib.complement(untrusted, len(base.input_ids))
             trusted = tuple(outside)
@@ -85,13 +109,16 @@ def policy_ranges(rendering: Rendering, spans: Mapping[str, Any]) -> tuple[Range
     else:
         trusted = tuple((m.start, m.end) for m in base.messages if m.role in trusted_roles)
     if _markers(untrusted_spec):
-        untrusted = _between(base, _markers(untrusted_spec))
+        named = _between(base, _markers(untrusted_spec))
     elif untrusted_spec.get("roles"):
-        untrusted = tuple((m.start, m.end) for m in base.messages if m.role in untrusted_spec["roles"])
+        named = tuple((m.start, m.end) for m in base.messages if m.role in untrusted_spec["roles"])
     else:
-        skip = set(trusted_roles) | set(span_lib.NEUTRAL_ROLES)
-        untrusted = tuple((m.start, m.end) for m in base.messages if m.role not in skip)
-    return span_lib.disjoint(len(base.input_ids), trusted, untrusted)
+        named = ()
+    # Default deny: what the client wrote and this policy does not trust.
+    written = [(m.start, m.end) for m in base.messages] + list(base.foreign)
+    length = len(base.input_ids)
+    untrusted = (*named, *base.foreign, *span_lib.minus(written, trusted, length))
+    return span_lib.disjoint(length, trusted, untrusted)
 
 
 def trusted_roles(policy: PolicyProgram) -> tuple[str, ...]:

@@ -41,8 +41,11 @@ BAD_REQUESTS = [
     ("body not an object", b"[1, 2]", {}, 400, "JSON object"),
     ("messages of the wrong type", {"model": MODEL, "messages": "hello"}, {}, 400, "messages"),
     ("max_tokens of the wrong type", chat(ALLOWED, max_tokens="many"), {}, 400, "max_tokens"),
-    ("non-text message content", {"model": MODEL, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]},
-     {}, 400, "string content"),
+    ("non-text message content", {"model": MODEL, "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}]},
+     {}, 400, "multimodal"),
+    ("a role the template does not know", chat(ALLOWED) | {"messages": [{"role": "email", "content": "hi"}]},
+     {}, 400, "not an accepted chat role"),
     ("beam search", chat(ALLOWED, use_beam_search=True, n=2), {}, 400, "beam search"),
     ("an unguarded generation route", {"model": MODEL, "input": "hi"}, {"path": "/v1/responses"}, 404, "not served"),
 ]
