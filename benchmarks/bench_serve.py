@@ -9,11 +9,11 @@ so that machine noise spreads evenly over them:
   guarded         innerguard serve, the shipped policies (prompt-injection on
                   every request, medical-topic probe in shadow mode)
   guarded-audit   the same with --audit-log (durability batch)
-With --shadow (what the README's figures use) the guarded servers run a copy
+With --shadow (what the figures in benchmarks/README.md use) the guarded servers run a copy
 of the policies switched to shadow mode: every analysis runs and is decided
 and audited, but nothing is blocked, so every server generates the same
 number of tokens (the shipped injection policy blocks many of these benign
-documents, see the README's evaluation figures).
+documents, see the evaluation figures in benchmarks/README.md).
 Each request is a chat completion with a fresh ~300-token document (no two
 prompts alike, so no round is served from the prefix cache), streamed, with
 usage. Per server and concurrency: output tokens/s over the round's wall time,

@@ -5,7 +5,7 @@ DYNAMO_TRACE_ONCE) and caches the result, torch's bundled AOTAutograd
 callable. At the next start its loader calls ``finalize_loading`` on what it
 read back, a method only vLLM's own compiled function has, so the load fails
 ("'function' object has no attribute 'finalize_loading'") and every engine
-compiles again: two thirds of a guarded start on a 2-core machine (README).
+compiles again: two thirds of a guarded start on a 2-core machine (benchmarks/README.md).
 The bundled callable is complete once read back; there is nothing to
 finalize. Applied by the guarded engines' model loader, in the process that
 loads the model: plain vLLM engines elsewhere keep vLLM's behaviour.

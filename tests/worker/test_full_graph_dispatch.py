@@ -1,7 +1,7 @@
 """Which steps may replay a full CUDA graph (no guard-point Python runs in
 one). The runners' dispatchers are vLLM's; what is checked here is what the
 worker asks of them, and when. The GPU run of scripts/gpu_check.py checks the
-result end to end (README, Notes for GPU users)."""
+result end to end (benchmarks/README.md, "GPU: the end-to-end check")."""
 from types import SimpleNamespace
 
 from innerguard.hooks.lifecycle import Lifecycle
