@@ -22,7 +22,10 @@ Semantics (documented in docs/policy-language.md):
 - A rule that is *unknown* because a signal failed triggers the policy's
   ``on_error``: ``fail-closed`` → the policy decides ``block``;
   ``fail-open`` → the rule does not fire. Either way ``Decision.error`` says
-  which rule and which signals. An aggregate over zero documents
+  which rule and which signals. A fail-closed block's message says the
+  policy could not be evaluated (never the failed rule's own message, which
+  would report a detection); a block rule that did fire still decides, with
+  its message. An aggregate over zero documents
   (``max(relevance)`` with no documents) is unknown but not an error: the
   rule simply does not fire.
 - A policy's decision is its strongest firing rule: ACTION_RANK
@@ -496,7 +499,10 @@ class Evaluator:
             rule, failed = errors[0]
             reasons = ", ".join(f"{s}: {signals.get(s) if s in signals else 'missing'}" for s in failed)
             error = f"rule {rule.id} could not be evaluated ({reasons}); {program.on_error}"
-        if errors and policy.fail_closed:
+        # A block rule that fired is the reason even when another rule failed:
+        # the client is told what was detected, not that something else broke.
+        failed_closed = bool(errors) and policy.fail_closed and not (hits and hits[0].action == "block")
+        if failed_closed:
             deciding, rule_action, action = errors[0][0], "block", "block"
         elif hits:
             deciding = hits[0]
@@ -505,7 +511,8 @@ class Evaluator:
             deciding, rule_action, action = None, "allow", "allow"
         if policy.warn and action != "allow" and action != "flag":
             action = "flag"
-        message = self._message(policy, deciding, rule_action, read, error) if action == "block" or action == "flag" else None
+        message = (self._message(policy, deciding, rule_action, read, failed_closed)
+                   if action == "block" or action == "flag" else None)
         return Decision(
             program.name, program.version, program.revision, program.mode, program.priority,
             action, deciding.id if deciding else None, rule_action, policy.applied,
@@ -513,11 +520,14 @@ class Evaluator:
         )
 
     @staticmethod
-    def _message(policy: _Policy, rule: _Rule | None, rule_action: str, read: Mapping[str, Any], error: str | None) -> str | None:
+    def _message(policy: _Policy, rule: _Rule | None, rule_action: str, read: Mapping[str, Any],
+                 failed_closed: bool = False) -> str | None:
         name = policy.program.name
         if rule is None:
             return None
-        if error and rule_action == "block" and rule.action != "block":
+        if failed_closed:
+            # The rule could not be evaluated, so it did not fire: its own
+            # message would report a detection that never happened.
             return ERROR_BLOCK_MESSAGE.format(policy=name)
         template = rule.template
         if not template:
@@ -538,7 +548,7 @@ class Evaluator:
         else:
             policy = self._by_name[hit.policy]
             rule = policy.by_id[hit.rule]
-            message = self._message(policy, rule, "flag", decision.signals, None)
+            message = self._message(policy, rule, "flag", decision.signals)
         return RuleHit(hit.policy, hit.rule, hit.action, hit.priority, {**hit.params, "message": message})
 
     def _combine(self, decisions: tuple[Decision, ...]) -> Verdict:

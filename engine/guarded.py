@@ -28,7 +28,7 @@ from innerguard.engine.compiler import compile_policies
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan
 from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare_many
-from innerguard.engine.verdicts import FINISH_BLOCKED, refuse, undecided
+from innerguard.engine.verdicts import FINISH_BLOCKED, explain, refuse, undecided
 from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, start_llm
 
 log = get_logger(__name__)
@@ -266,7 +266,7 @@ class GuardedLLM:
         completion = out.outputs[0]
         result = {}
         if prepared.args is not None:
-            result = self._verdicts.pop(prepared.key, None) or undecided(prepared)
+            result = explain(prepared, self._verdicts.pop(prepared.key, None) or undecided(prepared))
         blocked = bool(result.get("blocked"))
         if blocked:
             refuse(out, result.get("message"), keep_logprobs=False)

@@ -19,6 +19,8 @@ from ..errors import InnerguardError
 
 SUFFIX = ".jsonl"
 MAX_STREAMS = 1024
+FILE_MODE = 0o600  # every file a writer creates
+DIR_MODE = 0o700  # the log's folder, when the writer creates it
 
 
 def base(path: str | os.PathLike) -> tuple[Path, str]:
@@ -31,10 +33,13 @@ def base(path: str | os.PathLike) -> tuple[Path, str]:
 
 def claim(folder: Path, stem: str, stream: str | None = None) -> tuple[str, int]:
     """Lock the first free stream (or exactly ``stream``): (name, lock fd)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    # The records hold tenants, decisions and (optionally) prompt text:
+    # readable by the server's own user only. A folder that exists keeps
+    # the mode its operator gave it.
+    folder.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     names = [stream] if stream else [stem] + [f"{stem}-{i}" for i in range(2, MAX_STREAMS)]
     for name in names:
-        fd = os.open(folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, FILE_MODE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -106,6 +106,13 @@ class AuditLog:
         except OSError as exc:
             os.close(self._lock_fd)
             raise AuditWriteError(f"cannot open audit log {self.path}: {exc.strerror or exc}") from None
+        if key is None:
+            # Said at start, once per log: without an operator key nothing
+            # fails, the log just quietly loses what the key gives.
+            log.warning(
+                "audit log has no operator key: its prompt/output hashes use an ephemeral key (they cannot be "
+                "matched across restarts) and its checkpoints are unsigned; set a persistent key with "
+                f"--audit-key-file FILE or ${chain.KEY_ENV} (e.g. `openssl rand -hex 32`)", path=str(self.path))
         self._thread = threading.Thread(target=self._run, name=f"innerguard-audit-{self.stream}", daemon=True)
         self._thread.start()
         atexit.register(_close_at_exit, weakref.ref(self))
@@ -325,7 +332,7 @@ class AuditLog:
         else:
             self.segment += 1  # a new file: the first (-1 + 1) or the one after the rotated one
             self._segment_started = time.time()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, files.FILE_MODE)
         self._size = os.fstat(self._fd).st_size
         previous = None
         if tail.record is not None:
@@ -360,7 +367,9 @@ class AuditLog:
     def _cut(self, tail: files.Tail) -> dict[str, Any]:
         """Move a torn or garbled tail to a side file and truncate it away."""
         saved = self.path.with_name(f"{self.path.name}.torn-{int(time.time() * 1000)}")
-        saved.write_bytes(tail.dropped)
+        fd = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, files.FILE_MODE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(tail.dropped)
         os.truncate(self.path, tail.good_end)
         return {"offset": tail.good_end, "dropped_bytes": len(tail.dropped), "dropped_sha256": chain.digest_bytes(tail.dropped),
                 "saved_to": saved.name, "reason": "torn or unreadable tail after an unclean stop"}

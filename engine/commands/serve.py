@@ -6,12 +6,14 @@ innerguard's options added in front.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import yaml
 
 from .. import models
 from ..errors import InnerguardError
+from ..logging import get_logger
 
 DESCRIPTION = """\
 Serve a model through vLLM's own OpenAI-compatible server (/v1/chat/completions,
@@ -27,7 +29,8 @@ EPILOG = """\
 examples:
   innerguard serve --model smollm2-135m-instruct --policies policies/ --port 8000
   innerguard serve --model smollm2-135m-instruct --policies policies/ \\
-      --admin-token "$ADMIN" --tenant-keys keys.yaml --audit-log audit/
+      --admin-token-file /run/secrets/innerguard-admin --tenant-keys keys.yaml \\
+      --require-api-key-everywhere --audit-log audit/
   curl localhost:8000/v1/chat/completions -H 'Content-Type: application/json' -d '{
       "model": "smollm2-135m-instruct",
       "messages": [{"role": "system", "content": "Summarise the text."},
@@ -36,6 +39,12 @@ examples:
   curl -H "Authorization: Bearer $ADMIN" localhost:8000/innerguard/status
   curl -X POST -H "Authorization: Bearer $ADMIN" localhost:8000/innerguard/reload
   kill -HUP <pid>     # reload too; so does any change in the policy folder
+
+Identity: a request carries one Authorization header; its key (--api-key, else
+VLLM_API_KEY, or a --tenant-keys key) is checked before the body is read, and a
+tenant key names the tenant. --tenant-header and --tags-header are trusted as
+sent, once: put the server behind a gateway that strips them from clients
+(docs/serving.md, "Behind a gateway").
 
 The policy folder is watched; a new revision is linted, compiled and proved by
 a self-check before it serves, and a broken one never replaces a good one.
@@ -51,14 +60,18 @@ def register(subparsers) -> None:
 
 
 def build_parser():
-    from vllm.entrypoints.launchers.cli_args import make_arg_parser
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+    from ..serve import vllm_compat
 
-    parser = FlexibleArgumentParser(prog="innerguard serve", description=DESCRIPTION, epilog=EPILOG,
+    parser = vllm_compat.flexible_argument_parser(prog="innerguard serve", description=DESCRIPTION, epilog=EPILOG,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     group = parser.add_argument_group("innerguard", "the guard (all other options are vllm serve's)")
     group.add_argument("--policies", required=True, nargs="+", metavar="PATH", help="policy files or folders (watched for changes)")
-    group.add_argument("--admin-token", help="bearer token for /innerguard/status and /innerguard/reload (off without it)")
+    group.add_argument("--admin-token-file", metavar="FILE",
+                       help="file holding the bearer token for /innerguard/status and /innerguard/reload "
+                            "(or env INNERGUARD_ADMIN_TOKEN; without either the admin endpoints are off)")
+    group.add_argument("--admin-token", metavar="TOKEN",
+                       help="the admin token itself; avoid: any local user sees it in the process list "
+                            "(use --admin-token-file or INNERGUARD_ADMIN_TOKEN)")
     group.add_argument("--audit-log", metavar="PATH", help="write hash-chained audit records here (a folder of segment files)")
     group.add_argument("--audit-key-file", metavar="FILE", help="operator key that signs audit checkpoints (or env INNERGUARD_AUDIT_KEY)")
     group.add_argument("--audit-durability", choices=("sync", "batch", "none"), default="batch",
@@ -66,23 +79,31 @@ def build_parser():
     group.add_argument("--expose-signals", action="store_true",
                        help="include signal values in responses (off: they help an attacker tune)")
     group.add_argument("--tenant-keys", metavar="FILE",
-                       help="YAML/JSON {tenant name: API key}; the key's name is the request's tenant (keys also authenticate)")
-    group.add_argument("--tenant-header", metavar="NAME", help="trusted header naming the tenant (set by your gateway)")
-    group.add_argument("--tags-header", metavar="NAME", help="trusted header with comma-separated request tags")
+                       help="YAML/JSON {tenant name: API key}; the key's name is the request's tenant "
+                            "(the keys authenticate beside --api-key or VLLM_API_KEY)")
+    group.add_argument("--require-api-key-everywhere", action="store_true",
+                       help="also require the API key on the service routes vLLM leaves open (/metrics, /docs, "
+                            "/redoc, /openapi.json, /tokenize, /detokenize, /version, /load); /health and /ping "
+                            "stay open for probes")
+    group.add_argument("--tenant-header", metavar="NAME",
+                       help="trusted header naming the tenant when the key is not a tenant key; your gateway "
+                            "must set it and strip any the client sent (sent twice: 400)")
+    group.add_argument("--tags-header", metavar="NAME",
+                       help="trusted header with comma-separated request tags; your gateway must set it and "
+                            "strip any the client sent (sent twice: 400)")
     group.add_argument("--isolate-tenants", action="store_true",
                        help="give each tenant its own prefix cache (a secret per-tenant cache salt): "
                             "no tenant reuses, or can time, another's cached prompts")
     group.add_argument("--watch-interval", type=float, default=2.0, metavar="SECONDS",
                        help="how often to look for policy changes (0: only SIGHUP and the reload endpoint)")
     group.add_argument("--cache-dir", help="innerguard's model cache folder")
-    return make_arg_parser(parser)
+    return vllm_compat.make_arg_parser(parser)
 
 
 def main(argv: list[str]) -> int:
     import uvloop
 
-    from vllm.entrypoints.launchers.cli_args import validate_parsed_serve_args
-
+    from ..serve import vllm_compat
     from ..serve.app import serve
     from ..serve.guard import ServeOptions
     from ..serve.engine_args import apply_guarded_defaults
@@ -98,14 +119,22 @@ def main(argv: list[str]) -> int:
     if not args.served_model_name:
         args.served_model_name = [name]
     tenant_keys = _tenant_keys(args.tenant_keys)
-    if tenant_keys:
-        args.api_key = list(args.api_key or []) + list(tenant_keys)
+    api_keys = _api_keys(args.api_key, tenant_keys)
+    # vLLM's own check then holds exactly the keys our middleware checks first
+    # (it would drop VLLM_API_KEY once --tenant-keys filled --api-key).
+    args.api_key = list(api_keys) or None
+    if args.require_api_key_everywhere and not api_keys:
+        raise InnerguardError("--require-api-key-everywhere needs a key to require",
+                              hint="give --api-key, VLLM_API_KEY or --tenant-keys")
+    admin_token = _admin_token(args.admin_token, args.admin_token_file, os.environ)
     apply_guarded_defaults(args, parser)
-    validate_parsed_serve_args(args)
+    vllm_compat.validate_parsed_serve_args(args)
     options = ServeOptions(
         expose_signals=args.expose_signals,
-        admin_token=args.admin_token,
+        admin_token=admin_token,
         tenant_keys=tenant_keys,
+        api_keys=api_keys,
+        require_api_key_everywhere=args.require_api_key_everywhere,
         tenant_header=args.tenant_header,
         tags_header=args.tags_header,
         isolate_tenants=args.isolate_tenants,
@@ -119,6 +148,35 @@ def main(argv: list[str]) -> int:
     uvloop.run(serve(args, sources=[Path(p) for p in args.policies], model_dir=model_dir, options=options,
                      audit=audit, watch_interval=args.watch_interval))
     return 0
+
+
+def _api_keys(given: list[str] | None, tenant_keys: dict[str, str]) -> tuple[str, ...]:
+    """The keys that authenticate: vLLM's rule (``--api-key``, else
+    ``VLLM_API_KEY``; empty ones ignored), plus the tenant keys."""
+    import vllm.envs as envs
+
+    return tuple(dict.fromkeys([k for k in (given or [envs.VLLM_API_KEY]) if k] + list(tenant_keys)))
+
+
+def _admin_token(flag: str | None, path: str | None, environ) -> str | None:
+    """The admin token from ``--admin-token-file``, ``--admin-token`` (with a
+    warning) or ``INNERGUARD_ADMIN_TOKEN``; a flag wins over the environment."""
+    if flag is not None and path is not None:
+        raise InnerguardError("--admin-token and --admin-token-file both given", hint="give --admin-token-file only")
+    if path is not None:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InnerguardError(f"cannot read the admin token file {path}: {exc}") from None
+        if not token:
+            raise InnerguardError(f"admin token file {path} is empty", hint="write the token on one line")
+        return token
+    if flag is not None:
+        get_logger("innerguard.serve").warning(
+            "--admin-token is visible to every local user in the process list (ps, /proc/PID/cmdline)",
+            fix="use --admin-token-file FILE or the INNERGUARD_ADMIN_TOKEN environment variable")
+        return flag or None
+    return environ.get("INNERGUARD_ADMIN_TOKEN") or None
 
 
 def _tenant_keys(path: str | None) -> dict[str, str]:

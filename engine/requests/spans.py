@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from .. import spans as span_lib
-from ..plan import PolicyProgram
+from ..plan import Plan, PolicyProgram
 from .model import GuardRequest, RequestError
 
 DEFAULT_MARKERS = (span_lib.OPEN_MARKER, span_lib.CLOSE_MARKER)

@@ -1,5 +1,6 @@
 """``GET /innerguard/status`` and ``POST /innerguard/reload``, behind the
-operator's admin token (``Authorization: Bearer T``)."""
+operator's admin token (``Authorization: Bearer T``; the middleware has
+refused a request with two Authorization headers already)."""
 from __future__ import annotations
 
 import hmac
@@ -14,7 +15,8 @@ def router(guard, reloader) -> APIRouter:
     def refused(request: Request) -> JSONResponse | None:
         token = guard.options.admin_token
         if not token:
-            return _error(403, "admin endpoints are off (start innerguard serve with --admin-token)")
+            return _error(403, "admin endpoints are off (start innerguard serve with --admin-token-file FILE "
+                               "or INNERGUARD_ADMIN_TOKEN set)")
         scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
             return _error(401, "admin endpoints need 'Authorization: Bearer <admin token>'")

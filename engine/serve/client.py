@@ -13,7 +13,7 @@ from typing import Any, AsyncGenerator, Mapping
 from vllm.sampling_params import RequestOutputKind
 
 from ..requests import GuardRequest, PreparedRequest, prepare
-from ..verdicts import refuse, undecided
+from ..verdicts import explain, refuse, undecided
 from . import context
 
 INTERNAL = "innerguard-internal-"  # request ids of the server's own engine calls
@@ -48,7 +48,8 @@ class GuardedEngineClient:
             raise GuardError(f"innerguard: {prepared.error}")
         client_salt = prompt.get("cache_salt") if isinstance(prompt, Mapping) else None
         if prepared.args is None:  # no policy applies: plain vLLM
-            ctx.results.append({})
+            ctx.settle(index, {})
+            await ctx.all_decided()
             salt = self._guard.cache_salt(ctx.tenant, client_salt, None)
             if salt != client_salt:
                 prompt = {**prompt, "cache_salt": salt}
@@ -73,9 +74,11 @@ class GuardedEngineClient:
             if result is None:
                 result = undecided(prepared)
                 self._guard.log.error("guard recorded no decision for a guarded request", request=request_id)
-            await self._guard.decided(ctx, prepared, result, plan)
+            await self._guard.decided(ctx, prepared, explain(prepared, result), plan)
+            ctx.settle(index, result)
             if first is None:
                 return
+            await ctx.all_decided()  # nothing of any prompt before every verdict is in
             if result.get("blocked"):
                 yield usage.add(refuse(first, result.get("message"), n=params.n, keep_logprobs=params.logprobs is not None))
                 return
@@ -168,8 +171,7 @@ def _guard_request(ctx, index: int, prompt) -> GuardRequest:
         if not isinstance(messages, list):
             raise GuardError("'messages' must be a list")
         return GuardRequest(messages=tuple(_plain_message(m) for m in messages), **common)
-    prompts = body.get("prompt")
-    prompts = prompts if isinstance(prompts, list) and prompts and not isinstance(prompts[0], int) else [prompts]
+    prompts = context.completion_prompts(body)
     if index >= len(prompts):
         raise GuardError("more engine calls than prompts in the request")
     text = prompts[index]

@@ -4,7 +4,6 @@ audit, the response's ``innerguard`` object)."""
 from __future__ import annotations
 
 import hashlib
-import hmac
 import secrets
 import time
 import uuid
@@ -24,9 +23,19 @@ class ServeOptions:
     expose_signals: bool = False
     admin_token: str | None = None
     tenant_keys: Mapping[str, str] = field(default_factory=dict)  # API key -> tenant name
+    # Every key that authenticates, exactly the set vLLM's own check is given
+    # (--api-key, else VLLM_API_KEY, plus the tenant keys); empty: no key needed.
+    api_keys: tuple[str, ...] = ()
+    require_api_key_everywhere: bool = False  # service routes too (not /health, /ping)
     tenant_header: str | None = None
     tags_header: str | None = None
     isolate_tenants: bool = False  # one prefix cache per tenant
+
+    def trusted_headers(self) -> tuple[str, ...]:
+        """The request headers the guard believes (lower case): each must
+        come once, or a client could add a second to one its gateway set."""
+        named = (self.tenant_header, self.tags_header, "traceparent")
+        return tuple(dict.fromkeys(h.lower() for h in named if h))
 
 
 class ServerGuard:
@@ -41,6 +50,9 @@ class ServerGuard:
         self.share_token_scores = False
         self.fetcher = DecisionFetcher(engine)
         self._tenant_secret = secrets.token_hex(16)  # tenant salts cannot be guessed from outside
+        # Keys are compared as SHA-256 digests, as vLLM does: constant time, whatever their lengths.
+        self._key_digests = [_digest(k) for k in options.api_keys]
+        self._tenant_of_digest = {_digest(k): name for k, name in options.tenant_keys.items()}
         self.started = time.time()
         self.last_reload: dict[str, Any] = {"result": "ok", "at": _iso(self.started), "reason": "start",
                                             "bundle_hash": plan.bundle_hash, "error": None}
@@ -48,12 +60,28 @@ class ServerGuard:
         metrics.record_bundle(None, plan.bundle_hash)
 
     # -- trusted request metadata --------------------------------------------
+    # ``headers``: lower-case names, one value each. The middleware refuses a
+    # second Authorization or trusted header first, so the key read here is
+    # the one vLLM authenticated (it reads the first, a dict keeps the last).
+    def authenticated(self, headers: Mapping[str, str]) -> bool:
+        """vLLM's own check (``AuthenticationMiddleware.verify_token``) on
+        the same keys, made before the body is read."""
+        if not self._key_digests:
+            return True
+        given = _bearer(headers)
+        if given is None:
+            return False
+        digest, match = _digest(given), False
+        for known in self._key_digests:
+            match |= secrets.compare_digest(digest, known)  # no early exit: no timing of which key
+        return match
+
     def tenant_of(self, headers: Mapping[str, str]) -> str | None:
-        scheme, _, key = (headers.get("authorization") or "").partition(" ")
-        if scheme.lower() == "bearer" and key:
-            for known, name in self.options.tenant_keys.items():
-                if hmac.compare_digest(known.encode(), key.encode()):
-                    return name
+        """The name of the tenant key that authenticated the request, else
+        the operator's tenant header."""
+        given = _bearer(headers)
+        if given is not None and (name := self._tenant_of_digest.get(_digest(given))) is not None:
+            return name
         if self.options.tenant_header:
             return headers.get(self.options.tenant_header.lower())
         return None
@@ -139,6 +167,16 @@ class ServerGuard:
             "model": self.model_name,
             **({"audit": self.audit.status()} if self.audit is not None else {}),
         }
+
+
+def _bearer(headers: Mapping[str, str]) -> str | None:
+    """The key of ``Authorization: Bearer <key>``, split as vLLM splits it."""
+    scheme, _, key = (headers.get("authorization") or "").partition(" ")
+    return key if scheme.lower() == "bearer" else None
+
+
+def _digest(key: str) -> bytes:
+    return hashlib.sha256(key.encode("utf-8")).digest()
 
 
 def _iso(ts: float) -> str:

@@ -3,10 +3,16 @@
 - Only the guarded generation routes and read-only service routes are
   served; every other path is answered 404, so no vLLM endpoint reaches
   the engine unguarded.
-- A guarded request's body is parsed once here: invalid UTF-8/JSON and a
-  malformed ``innerguard`` field or ``vllm_xargs`` get a 400 that says what
-  is wrong. The tenant and tags come from what the operator trusts (the API
-  key's name, a header the operator names), never from the body.
+- One identity per request: a second ``Authorization`` header is refused,
+  and the API key is checked here, against the keys vLLM's own check uses,
+  before any body is read. A trusted header (the tenant's, the tags', the
+  ``traceparent``) sent twice is refused: a client must not be able to add
+  a second one to the one its gateway set.
+- A guarded request's body is parsed once here: invalid UTF-8/JSON, nesting
+  deeper than ``MAX_DEPTH``, a lone surrogate, and a malformed ``innerguard``
+  field or ``vllm_xargs`` get a 400 that says what is wrong. The tenant and
+  tags come from what the operator trusts (the API key's name, a header the
+  operator names), never from the body.
 - The response gets a top-level ``innerguard`` object: in the JSON body, or
   on the first chunk of a stream.
 """
@@ -19,10 +25,15 @@ from typing import Any, Callable
 from ..requests import RequestError
 from ..requests.wire import client_options
 from . import context
+from .body_checks import TOO_DEEP, TOO_DEEP_HINT, json_problem
 
 GUARDED_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 SERVICE_ROUTES = {"/v1/models", "/health", "/ping", "/version", "/metrics", "/load", "/tokenize", "/detokenize",
                   "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect"}
+# Paths vLLM's AuthenticationMiddleware checks the API key on (its GUARDED_PREFIX).
+KEYED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
+# Probes stay open under --require-api-key-everywhere; /innerguard/ has the admin token.
+OPEN_ROUTES = {"/health", "/ping"}
 MAX_BODY = 16 << 20
 
 
@@ -36,13 +47,25 @@ class GuardMiddleware:
             return await self.app(scope, receive, send)
         path = scope["path"].rstrip("/") or "/"
         route = GUARDED_ROUTES.get(path)
-        if route is None:
-            if path in SERVICE_ROUTES or path.startswith("/innerguard/") or path.startswith("/metrics"):
-                return await self.app(scope, receive, send)
+        if route is None and not (path in SERVICE_ROUTES or path.startswith("/innerguard/") or path.startswith("/metrics")):
             return await _error(send, 404, f"{path} is not served by innerguard serve",
                                 "guarded generation: /v1/chat/completions and /v1/completions")
-        if scope.get("method") != "POST":
+        headers = _header_values(scope)
+        method = scope.get("method")
+        if (count := len(headers.get("authorization", ()))) > 1:
+            return await _error(send, 401, f"the request has {count} Authorization headers",
+                                "send exactly one: 'Authorization: Bearer <API key>'")
+        single = {name: values[0] for name, values in headers.items()}
+        if self._needs_key(path, method) and not self.guard.authenticated(single):
+            return await _error(send, 401, "missing or unknown API key", "send 'Authorization: Bearer <API key>'")
+        if route is None or method != "POST":
             return await self.app(scope, receive, send)
+        for name in self.guard.options.trusted_headers():
+            if (count := len(headers.get(name, ()))) > 1:
+                return await _error(send, 400, f"the request has {count} {name} headers",
+                                    "send it once; a gateway should set it and drop any the client sent")
+        if _declared_size(single) > MAX_BODY:
+            return await _error(send, 413, f"request body over {MAX_BODY >> 20} MiB")
         body, too_big = await _read_body(receive)
         if too_big:
             return await _error(send, 413, f"request body over {MAX_BODY >> 20} MiB")
@@ -52,6 +75,13 @@ class GuardMiddleware:
             return await _error(send, 400, f"request body is not valid UTF-8 (byte {exc.start})", "send JSON encoded as UTF-8")
         except json.JSONDecodeError as exc:
             return await _error(send, 400, f"request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        except RecursionError:  # Python's decoder stops near 1,000 levels; ours at MAX_DEPTH below
+            return await _error(send, 400, TOO_DEEP, TOO_DEEP_HINT)
+        except ValueError:  # the only other: an integer over sys.get_int_max_str_digits() digits
+            return await _error(send, 400, "request body has a number too long to read",
+                                "send integers of at most 4,300 digits")
+        if (problem := json_problem(parsed)) is not None:
+            return await _error(send, 400, *problem)
         if not isinstance(parsed, dict):
             return await _error(send, 400, "request body must be a JSON object")
         if parsed.get("use_beam_search"):
@@ -62,14 +92,13 @@ class GuardMiddleware:
         except RequestError as exc:
             return await _error(send, 400, str(exc))
         parsed.pop("innerguard", None)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         ctx = context.RequestContext(
             route=route,
             body=parsed,
             client=options,
-            tenant=self.guard.tenant_of(headers),
-            tags=self.guard.tags_of(headers),
-            traceparent=headers.get("traceparent"),
+            tenant=self.guard.tenant_of(single),
+            tags=self.guard.tags_of(single),
+            traceparent=single.get("traceparent"),
             received_at=time.time(),
         )
         forwarded = json.dumps(parsed).encode()
@@ -78,6 +107,16 @@ class GuardMiddleware:
             await self.app(scope, _replay(forwarded, receive), _decorating(send, ctx, self.guard.describe))
         finally:
             context.current.reset(token)
+
+    def _needs_key(self, path: str, method: str | None) -> bool:
+        """Where vLLM checks the key (not on a CORS preflight), and, under
+        ``require_api_key_everywhere``, every service route but the probes."""
+        if method == "OPTIONS":
+            return False
+        if path.startswith(KEYED_PREFIXES):
+            return True
+        return (self.guard.options.require_api_key_everywhere and path not in OPEN_ROUTES
+                and not path.startswith("/innerguard/"))
 
 
 async def _read_body(receive) -> tuple[bytes, bool]:
@@ -94,6 +133,22 @@ async def _read_body(receive) -> tuple[bytes, bool]:
         if not message.get("more_body"):
             break
     return b"".join(chunks), False
+
+
+def _header_values(scope) -> dict[str, list[str]]:
+    """Every value of every header, by lower-case name: a dict of single
+    values would keep the last of two, where vLLM and Starlette read the first."""
+    values: dict[str, list[str]] = {}
+    for name, value in scope.get("headers", ()):
+        values.setdefault(name.decode("latin-1").lower(), []).append(value.decode("latin-1"))
+    return values
+
+
+def _declared_size(headers: dict[str, str]) -> int:
+    try:
+        return int(headers.get("content-length") or 0)
+    except ValueError:
+        return 0  # the server's HTTP parser refuses it; _read_body counts anyway
 
 
 def _replay(body: bytes, receive):
@@ -164,8 +219,11 @@ def _decorating(send, ctx, describe: Callable[[Any], dict]):
 
 async def _error(send, status: int, message: str, hint: str | None = None) -> None:
     text = f"{message} ({hint})" if hint else message
-    kind = {400: "BadRequestError", 404: "NotFoundError", 413: "RequestTooLargeError"}.get(status, "Error")
+    kind = {400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError",
+            413: "RequestTooLargeError"}.get(status, "Error")
     body = json.dumps({"error": {"message": text, "type": kind, "param": None, "code": status}}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))  # RFC 9110: a 401 names its scheme
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body, "more_body": False})

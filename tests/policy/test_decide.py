@@ -7,7 +7,7 @@ import jinja2
 import numpy as np
 import pytest
 
-from innerguard.engine.decide import Evaluator, SignalError, evaluate, render_message
+from innerguard.engine.decide import ERROR_BLOCK_MESSAGE, Evaluator, SignalError, evaluate, render_message
 from innerguard.engine.plan import PolicyProgram, RuleProgram
 from innerguard.engine.policy import conditions
 
@@ -97,7 +97,7 @@ def test_missing_signal_fails_closed():
     assert v.action == "block"
     (d,) = v.decisions
     assert "inj.focus" in d.error and "fail-closed" in d.error
-    assert d.message  # the block rule's own message (the signal renders as None)
+    assert d.message == ERROR_BLOCK_MESSAGE.format(policy=d.policy)  # never the rule's own: nothing was detected
 
 
 def test_failed_signal_on_a_non_block_rule_fails_closed_with_a_generic_message():

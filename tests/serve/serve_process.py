@@ -22,16 +22,18 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    def __init__(self, policies: Path, log: Path, *extra: str):
+    def __init__(self, policies: Path, log: Path, *extra: str, admin_flag: bool = True, env: dict | None = None):
+        """``admin_flag=False``: the admin token is not given as ``--admin-token``
+        (give it in ``extra`` or ``env`` another way)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         innerguard = Path(sys.executable).with_name("innerguard")
         command = [str(innerguard), "serve", "--model", MODEL, "--policies", str(policies),
-                   "--host", "127.0.0.1", "--port", str(self.port), "--admin-token", ADMIN,
+                   "--host", "127.0.0.1", "--port", str(self.port), *(["--admin-token", ADMIN] if admin_flag else []),
                    "--watch-interval", "0.5", "--max-model-len", "2048", "--enforce-eager", *extra]
         self.log_path = log
         self._log = open(log, "wb")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def wait_ready(self, timeout: float = 300) -> "ServeProcess":
