@@ -25,6 +25,7 @@ overlap.
 from __future__ import annotations
 
 import bisect
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -250,7 +251,7 @@ def chat_spans_many(
         ids, offsets = next(encoded)
         try:
             contents = [text_content(m.get("content"), i, m.get("role")) for i, m in enumerate(messages)]
-            skeleton = _skeleton(tokenizer, messages, add_generation_prompt)
+            skeleton = _skeleton(tokenizer, tuple(m["role"] for m in messages), add_generation_prompt)
             out.append(_locate_messages(messages, contents, skeleton, text, ids, offsets, trusted_roles))
         except SpanError as exc:
             out.append(exc)
@@ -292,21 +293,24 @@ def _placeholder(i: int) -> str:
     return f"\ue000innerguard-{i}\ue001"
 
 
-def _skeleton(tokenizer: Any, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool) -> list[str] | None:
+@functools.lru_cache(maxsize=1024)
+def _skeleton(tokenizer: Any, roles: tuple[str, ...], add_generation_prompt: bool) -> tuple[str, ...] | None:
     """The template's own text around each message: the conversation rendered
     with only the roles and placeholder contents, cut at the placeholders.
-    None when the template does not print every placeholder once, in order."""
-    bare = [{"role": m["role"], "content": _placeholder(i)} for i, m in enumerate(messages)]
+    None when the template does not print every placeholder once, in order.
+    A function of the roles alone, so it is rendered once per role sequence
+    (conversations repeat a few shapes), not once per request."""
+    bare = [{"role": role, "content": _placeholder(i)} for i, role in enumerate(roles)]
     rendered = tokenizer.apply_chat_template(bare, tokenize=False, add_generation_prompt=add_generation_prompt)
     pieces, cursor = [], 0
-    for i in range(len(messages)):
+    for i in range(len(roles)):
         at = rendered.find(_placeholder(i), cursor)
         if at < 0:
             return None
         pieces.append(rendered[cursor:at])
         cursor = at + len(_placeholder(i))
     pieces.append(rendered[cursor:])
-    return pieces
+    return tuple(pieces)
 
 
 def _exact_layout(text: str, contents: Sequence[str], skeleton: Sequence[str]) -> list[Range] | None:

@@ -56,7 +56,20 @@ class Rendering:
 
 def allowed_roles(plan: Plan) -> tuple[str, ...]:
     """The chat roles a request may use: the known ones and every role a
-    policy of ``plan`` names (the operator's way to allow another)."""
+    policy of ``plan`` names (the operator's way to allow another). Once per
+    plan revision: it is asked for every request."""
+    roles = _ALLOWED_ROLES.get(plan.bundle_hash)
+    if roles is None:
+        if len(_ALLOWED_ROLES) > 8:  # plans of past reloads
+            _ALLOWED_ROLES.clear()
+        roles = _ALLOWED_ROLES[plan.bundle_hash] = _named_roles(plan)
+    return roles
+
+
+_ALLOWED_ROLES: dict[str, tuple[str, ...]] = {}  # bundle hash -> roles
+
+
+def _named_roles(plan: Plan) -> tuple[str, ...]:
     named = []
     for policy in plan.policies:
         for part in ("trusted", "untrusted"):
