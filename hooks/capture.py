@@ -123,13 +123,15 @@ def residual_hook(runtime, layer: int):
 def token_probe_hook(runtime, layer: int):
     """At the layer point of ``layer``: each token-level probe's share of its
     prompt tokens' scores, ``w_layer · (hidden + residual)``, added up over
-    its layers (analyzers/token_probe.py). Only the scores are kept."""
+    its layers (analyzers/token_probe.py). Only the scores are kept. Rows
+    a decided request recomputes (``rescoring``) are scored too: the prefix
+    cache keeps their blocks (token_score_cache.py)."""
 
     def score_tokens(hidden, residual):
         runtime.hook_calls[f"tokens.{layer}"] += 1
         for rows in runtime.rows:
             state = rows.state
-            if layer not in state.token_layers or not state.capturing:
+            if layer not in state.token_layers or not (state.capturing or rows.rescoring):
                 continue
             a, b = rows.prompt_rows
             if b <= a:

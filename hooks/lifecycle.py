@@ -28,7 +28,7 @@ from .request_args import BadArguments, check_positions, read_args
 from .results import ResultStore
 from .runner_view import RowSpan, StepEvents
 from .steer import ActiveSteer, steer_rows
-from .token_score_cache import PromptScores
+from .token_score_cache import CachedScoresMissing, PromptScores
 from .verdicts import attach
 
 log = logging.getLogger("innerguard")
@@ -116,6 +116,9 @@ class Rows:
     prompt_rows: tuple[int, int] = (0, 0)  # rows holding prompt tokens
     last_row: int | None = None  # the last prompt token's row, on its final chunk
     query_rows: tuple[int, int] = (0, 0)  # rows of the reranker's query tokens
+    # Prompt rows a decided request recomputes (after a preemption): only
+    # their token-probe scores are kept, for the prefix cache's sake.
+    rescoring: bool = False
 
 
 class Lifecycle:
@@ -139,6 +142,7 @@ class Lifecycle:
         self._attached = False
         self.kv_readback = True  # off when the install canary saw a cache hit decide otherwise
         self.prompt_scores = PromptScores(reader, self.counters)  # token-probe scores of cached positions
+        self._said_scores_missing = False
 
     # -- plans ----------------------------------------------------------------
     def runtimes(self) -> list:
@@ -176,7 +180,10 @@ class Lifecycle:
         for runtime in [r for r in self.retiring if r.live == 0 and r.retired_at <= cutoff]:
             runtime.uninstall()
             self.retiring.remove(runtime)
-            self.prompt_scores.drop(runtime.bundle)
+            # The same policies installed again keep their bundle, and their
+            # scores: cached blocks would otherwise lose them for good.
+            if all(r.bundle != runtime.bundle for r in self.runtimes()):
+                self.prompt_scores.drop(runtime.bundle)
 
     def runtime_for(self, bundle: str | None):
         """(runtime, error) for a request prepared for ``bundle``."""
@@ -244,11 +251,12 @@ class Lifecycle:
         return False
 
     def on_output(self, output):
-        """Tag this step's runner output with the requests blocked in it."""
-        if output is None or not self.blocked_now:
+        """Tag this step's runner output with the requests blocked in it, and
+        the KV cache blocks whose token scores are now kept whole."""
+        if output is None or not (self.blocked_now or self.prompt_scores.has_whole()):
             return output
         blocked, self.blocked_now = frozenset(self.blocked_now), set()
-        return attach(output, blocked)
+        return attach(output, blocked, self.prompt_scores.take_whole())
 
     def forget(self, req_id: str) -> None:
         state = self.states.pop(req_id, None)
@@ -314,6 +322,13 @@ class Lifecycle:
         if state.decided and not (state.blocked or state.late_error):
             self._steer(state, span)  # decoding: at most its steers to place
             state.steady = self._steady(state, span)
+            if (span.first_position < state.num_prompt_tokens and state.token_probes and not state.steers
+                    and self.reads_token_scores()):
+                # Preempted after its decision, it recomputes its prompt, and
+                # vLLM caches those blocks again: score them for later hits.
+                count = min(span.end - span.start, state.num_prompt_tokens - span.first_position)
+                state.captures.token_scores = {}  # the probe's layers add up this step's scores from zero
+                state.runtime.rows.append(Rows(state, span, (span.start, span.start + count), rescoring=True))
             return
         try:
             rows = self._rows(state, span)
@@ -453,7 +468,18 @@ class Lifecycle:
             if not self.kv_readback:
                 raise RuntimeError(f"{start} prompt tokens came from the prefix cache and their token scores "
                                    "are not read back here")
-            self.prompt_scores.fill(state, start)
+            try:
+                self.prompt_scores.fill(state, start)
+            except CachedScoresMissing as exc:
+                # The scheduler serves a token probe only blocks reported
+                # scored (token_score_cache.ScoredBlocks): this is a bug, and
+                # the request fails closed rather than decide on guesses.
+                self.counters["token_scores_missing"] += 1
+                if not self._said_scores_missing:
+                    self._said_scores_missing = True
+                    log.error("innerguard: a prefix-cache hit lacks token scores (%s); the request fails closed "
+                              "(counted as token_scores_missing)", exc)
+                raise
             state.captures.scores_filled = True
         if state.qk_layers:
             self._fill_keys(state, start, state.qk_layers)
@@ -516,7 +542,8 @@ class Lifecycle:
             "pending_results": len(self.results),
             "pending_calibrations": len(self.calibrations),
             **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions", "keys_from_kv_cache",
-                                                          "token_scores_from_cache", "token_score_writes_failed")},
+                                                          "token_scores_from_cache", "token_score_writes_failed",
+                                                          "token_scores_missing", "token_scores_not_kept")},
             "runtimes": [
                 {"bundle": r.bundle, "role": roles.get(id(r), "retiring"), "live": r.live, "hooks": r.num_hooks}
                 for r in self.runtimes()

@@ -9,13 +9,18 @@ token just sampled before vLLM's own ``check_stop`` runs (vllm 0.32,
 one), so it ends length-capped, its KV blocks are freed, and no further
 decode step is scheduled. Loaded by vLLM from ``SchedulerConfig.scheduler_cls``
 in the EngineCore process.
+
+And one gate: a request under a token probe's shared cache salt is served
+from the prefix cache only by blocks the worker reported scored for its
+own tokens (hooks/token_score_cache.py, ``ScoredBlocks``).
 """
 from __future__ import annotations
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from .verdicts import blocked_in
+from .token_score_cache import ScoredBlocks
+from .verdicts import blocked_in, scored_in
 
 
 class InnerguardScheduler(Scheduler):
@@ -27,7 +32,14 @@ class InnerguardScheduler(Scheduler):
             cls = InnerguardAsyncScheduler
         return super().__new__(cls)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Token-probe requests under a shared salt reuse only cached blocks the
+        # worker reported scored for their tokens (token_score_cache.py).
+        self.innerguard_scored = ScoredBlocks.gate(self.kv_cache_manager, self.cache_config.block_size)
+
     def update_from_output(self, scheduler_output, model_runner_output):
+        self.innerguard_scored.confirm(scored_in(model_runner_output))
         for req_id in blocked_in(model_runner_output):
             request = self.requests.get(req_id)
             if request is not None and not request.is_finished():

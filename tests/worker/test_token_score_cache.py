@@ -1,12 +1,14 @@
 """Token-probe scores kept per KV cache block slot (hooks/token_score_cache.py):
 a cache hit reads back exactly what the computed positions scored, and
-never a slot that holds, or was scored for, other tokens."""
+never a slot that holds, or was scored for, other tokens; the scheduler
+serves a token probe only blocks reported scored for its own tokens."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from innerguard.hooks.token_score_cache import CachedScoresMissing, TokenScoreCache, prefix_digests
+from innerguard.hooks.token_score_cache import (CachedScoresMissing, PromptScores, ScoredBlocks, TokenScoreCache,
+                                                prefix_digests)
 
 BS = 4
 
@@ -71,3 +73,115 @@ def test_a_block_table_too_short_or_outside_the_cache_is_refused():
         _read(cache, [0], tokens, 8)
     with pytest.raises(CachedScoresMissing, match="outside"):
         _write(cache, [0, 9], tokens, 0, 8)
+
+
+def test_a_block_taken_over_by_another_request_starts_over():
+    # Request 1 scored a whole block; request 2 (same tokens before it) got the
+    # block next and wrote only its first half, with other tokens. A reader
+    # with request 2's first half and request 1's second half must not get
+    # request 1's scores there: they were computed after other tokens.
+    cache = TokenScoreCache(8, BS)
+    first, second = [1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 9, 9]
+    cache.write([0, 1], first, prefix_digests(first, BS), 0, {"p.s": torch.arange(8.0)}, writer=1)
+    cache.write([0, 1], second, prefix_digests(second, BS), 4, {"p.s": -torch.arange(4.0, 6.0)}, writer=2)
+    mixed = [1, 2, 3, 4, 9, 9, 7, 8]
+    with pytest.raises(CachedScoresMissing, match="never scored"):
+        _read(cache, [0, 1], mixed, 8)
+    assert _read(cache, [0, 1], second, 6).tolist() == [0, 1, 2, 3, -4, -5]
+
+
+def test_a_write_names_the_blocks_it_made_whole_by_their_tokens():
+    cache, tokens, blocks = TokenScoreCache(8, BS), list(range(100, 111)), [5, 2, 7]
+    digests = prefix_digests(tokens, BS)
+    assert cache.write(blocks, tokens, digests, 0, {"p.s": torch.zeros(6)}, writer=3) == [(5, digests[1])]
+    assert cache.write(blocks, tokens, digests, 6, {"p.s": torch.zeros(5)}, writer=3) == [(2, digests[2])]  # 7: partial
+    assert digests[2] == prefix_digests(tokens[:8], BS)[2]  # a block's name covers every token up to its end
+
+
+def test_the_scheduler_serves_only_blocks_reported_scored_for_the_same_tokens():
+    scored = ScoredBlocks(BS)
+    tokens = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    digests = prefix_digests(tokens, BS)
+    assert scored.usable(tokens, [5, 2]) == 0  # hashed by vLLM, never reported scored
+    scored.confirm({5: digests[1], 2: digests[2]})
+    assert scored.usable(tokens, [5, 2]) == 2
+    assert scored.usable(tokens, [5, 7]) == 1  # block 7 holds the same tokens, unscored
+    assert scored.usable([1, 2, 3, 4, 5, 6, 0, 8], [5, 2]) == 1  # block 2 was scored for other tokens
+    scored.confirm({5: prefix_digests([9, 9, 9, 9], BS)[1]})  # block 5 reused and scored for others since
+    assert scored.usable(tokens, [5, 2]) == 0
+
+
+class _RunnerWithoutBlocks:
+    """What Model Runner V2 shows: no block size, so not every block of a request."""
+
+    def block_size(self):
+        return None
+
+    def kv_cache(self, layer):
+        return None
+
+
+def test_a_runner_that_cannot_show_every_block_keeps_nothing_and_says_so_once(caplog):
+    from collections import Counter
+    from types import SimpleNamespace
+
+    from innerguard.hooks.lifecycle import Group, RequestState, Rows
+    from innerguard.hooks.runner_view import RowSpan
+
+    counters: Counter[str] = Counter()
+    scores = PromptScores(_RunnerWithoutBlocks(), counters)
+    runtime = SimpleNamespace(bundle="b")
+    rows = []
+    for i in range(2):
+        state = RequestState(f"r{i}", f"k{i}", runtime, Group(f"k{i}", i), {}, 8, token_probes=("p.s",))
+        state.captures.token_scores["p.s"] = torch.zeros(8)
+        rows.append(Rows(state, RowSpan(f"r{i}", i, 8 * i, 8 * i + 8, 0, 8), (8 * i, 8 * i + 8)))
+    with caplog.at_level("WARNING", logger="innerguard"):
+        scores.keep(rows)
+        scores.keep(rows)
+    assert counters["token_scores_not_kept"] == 4 and counters["token_score_writes_failed"] == 0
+    assert len(caplog.records) == 1 and caplog.records[0].exc_info is None
+    assert not scores.has_whole()
+
+
+def test_scored_blocks_travel_with_the_step_output_through_pickle():
+    import pickle
+
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    from innerguard.hooks.verdicts import attach, blocked_in, scored_in
+
+    output = ModelRunnerOutput(req_ids=["a"], req_id_to_index={"a": 0}, sampled_token_ids=[[2]])
+    digest = prefix_digests([1, 2, 3, 4], BS)[1]
+    tagged = pickle.loads(pickle.dumps(attach(output, frozenset(), {7: digest})))  # the multiprocess executor's way
+    assert scored_in(tagged) == {7: digest} and blocked_in(tagged) == frozenset()
+    assert scored_in(output) == {}  # vLLM's own output object stays as it was
+
+
+class _Lookup:
+    """Stands for vLLM's KVCacheManager: its prefix-cache lookup finds ``hit``."""
+
+    def __init__(self, hit):
+        self.hit = hit
+
+    def get_computed_blocks(self, request):
+        return self.hit, len(self.hit.blocks[0]) * BS, 0
+
+
+def test_the_gate_cuts_a_shared_salt_hit_at_its_first_unscored_block():
+    from types import SimpleNamespace
+
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.kv_cache_utils import KVCacheBlock
+
+    from innerguard.hooks.token_score_cache import SHARED_SALT_PREFIX
+
+    tokens = list(range(1, 14))
+    manager = _Lookup(KVCacheBlocks(([KVCacheBlock(4), KVCacheBlock(9), KVCacheBlock(2)],)))
+    scored = ScoredBlocks.gate(manager, BS)
+    scored.confirm({4: prefix_digests(tokens, BS)[1], 2: prefix_digests(tokens, BS)[3]})  # 9: never reported
+    shared = SimpleNamespace(cache_salt=f"{SHARED_SALT_PREFIX}abc-acme", all_token_ids=tokens)
+    blocks, num_tokens, boundary = manager.get_computed_blocks(shared)
+    assert [b.block_id for b in blocks.blocks[0]] == [4] and num_tokens == BS and boundary == 0
+    other = SimpleNamespace(cache_salt=None, all_token_ids=tokens)  # no token probe: served as vLLM finds
+    assert [b.block_id for b in manager.get_computed_blocks(other)[0].blocks[0]] == [4, 9, 2]
