@@ -77,13 +77,18 @@ def make(workdir: Path, tokenizer_dir: Path) -> dict:
         torch.manual_seed(0)
         LlamaForCausalLM(config).to(torch.float32).save_pretrained(model_dir, safe_serialization=True)
         shutil.copy(tokenizer_dir / "config.json", model_dir / "config.json")  # SmolLM2's own, byte for byte
-        for name in TOKENIZER_FILES:
-            if (tokenizer_dir / name).is_file():
-                shutil.copy(tokenizer_dir / name, model_dir / name)
-            elif (tokenizer_dir / f"{name}.xz").is_file():
-                (model_dir / name).write_bytes(lzma.decompress((tokenizer_dir / f"{name}.xz").read_bytes()))
+        copy_tokenizer(tokenizer_dir, model_dir)
     info["policies"] = make_policies(workdir, model_dir)
     return info
+
+
+def copy_tokenizer(tokenizer_dir: Path, model_dir: Path) -> None:
+    """The tokenizer files into ``model_dir`` (tokenizer.json travels xz-compressed)."""
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).is_file():
+            shutil.copy(tokenizer_dir / name, model_dir / name)
+        elif (tokenizer_dir / f"{name}.xz").is_file():
+            (model_dir / name).write_bytes(lzma.decompress((tokenizer_dir / f"{name}.xz").read_bytes()))
 
 
 def make_policies(workdir: Path, model_dir: Path) -> dict:
@@ -121,19 +126,18 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model_dir: Path, policies: Path, log: Path, eager: bool):
+    """A server process on a free local port: ``argv`` is its command line
+    without ``--host``/``--port``; stopped with its engine-core processes."""
+
+    def __init__(self, argv: list[str], log: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "innerguard.engine.cli", "serve", "--model", str(model_dir),
-                   "--served-model-name", MODEL_NAME, "--policies", str(policies), "--host", "127.0.0.1",
-                   "--port", str(self.port), "--admin-token", ADMIN, "--expose-signals", "--watch-interval", "0",
-                   "--max-model-len", "2048", "--gpu-memory-utilization", "0.3",
-                   *(["--enforce-eager"] if eager else [])]
-        self.command = command
+        self.command = [*argv, "--host", "127.0.0.1", "--port", str(self.port)]
         self.log_path = log
         self._log = open(log, "wb")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "INFO")}
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
 
     def wait_ready(self, timeout: float) -> bool:
         import httpx
@@ -295,7 +299,11 @@ def run_mode(mode: str, info: dict, out: Path, start_timeout: float) -> dict:
     import vllm
 
     t0 = time.time()
-    server = Server(Path(info["model_dir"]), Path(info["policies"]["folder"]), out / f"serve_{mode}.log", eager=mode == "eager")
+    argv = [sys.executable, "-m", "innerguard.engine.cli", "serve", "--model", info["model_dir"],
+            "--served-model-name", MODEL_NAME, "--policies", info["policies"]["folder"], "--admin-token", ADMIN,
+            "--expose-signals", "--watch-interval", "0", "--max-model-len", "2048", "--gpu-memory-utilization", "0.3",
+            *(["--enforce-eager"] if mode == "eager" else [])]
+    server = Server(argv, out / f"serve_{mode}.log")
     result: dict = {"mode": mode, "vllm": vllm.__version__, "command": " ".join(server.command)}
     try:
         started = server.wait_ready(start_timeout)

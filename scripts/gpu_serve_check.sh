@@ -14,7 +14,10 @@
 #            bash scripts/gpu_serve_check.sh stash      carry .gpukit/part01
 #            bash scripts/gpu_serve_check.sh run        carry .gpukit/part02 [.gpukit/wheels after a rebuild]
 #            bash scripts/gpu_serve_check.sh parity     (gpu_check.py v1/v2 x eager/compiled; same machine)
-# Results land in $OUT: serve_check.json, serve_compiled.log, serve_eager.log, setup.log (and parity.json, parity.log).
+#            bash scripts/gpu_serve_check.sh bench plain      (scripts/gpu_serve_bench.py: vllm serve, 8B-shaped
+#            bash scripts/gpu_serve_check.sh bench guarded     dummy model, vllm bench serve; one call each)
+# Results land in $OUT: serve_check.json, serve_compiled.log, serve_eager.log, setup.log (and parity.json,
+# parity.log; serve_bench_SERVER.json/.log and vllm bench serve's raw result per concurrency).
 set -uo pipefail
 SITE=${SITE:-/tmp/site}
 STASH=/tmp/gpukit
@@ -32,7 +35,12 @@ install() {
   bash scripts/gpu_setup.sh install
 }
 
-case "${1:?usage: gpu_serve_check.sh stash|run|parity}" in
+unpack_tokenizer() {
+  [ -f "$STASH/tok/tokenizer.json" ] || python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.decompress(open(sys.argv[1],'rb').read()))" \
+      "$STASH"/tok/tokenizer.json.xz "$STASH"/tok/tokenizer.json
+}
+
+case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|guarded}" in
 stash)
   ls -l "$STASH" "$STASH"/wheels "$STASH"/tok 2>/dev/null
   ;;
@@ -49,12 +57,18 @@ run)
   ;;
 parity)
   [ -f "$SITE/.kit-installed" ] || install > "$OUT"/setup.log 2>&1
-  [ -f "$STASH/tok/tokenizer.json" ] || python3 -c "import lzma,sys; open(sys.argv[2],'wb').write(lzma.decompress(open(sys.argv[1],'rb').read()))" \
-      "$STASH"/tok/tokenizer.json.xz "$STASH"/tok/tokenizer.json
+  unpack_tokenizer
   python3 scripts/gpu_check.py all /tmp/gc --tokenizer "$STASH"/tok --only ${RUNS:-v1_eager v2_eager v1_compiled v2_compiled} \
       --timeout ${RUN_TIMEOUT:-120} > "$OUT"/parity.log 2>&1; rc=$?
   cp /tmp/gc/summary.json "$OUT"/parity.json 2>/dev/null
   grep -h "ok\|RESULT" "$OUT"/parity.log | cut -c1-400 | tail -8
   exit $rc
+  ;;
+bench)
+  [ -f "$SITE/.kit-installed" ] || install > "$OUT"/setup.log 2>&1
+  unpack_tokenizer
+  [ -d /tmp/sb/llama-8b-dummy ] || python3 scripts/gpu_serve_bench.py make /tmp/sb --tokenizer "$STASH"/tok
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+  python3 scripts/gpu_serve_bench.py run /tmp/sb --server "${2:?plain or guarded}" --out "$OUT" ${BENCH_ARGS:-}
   ;;
 esac
