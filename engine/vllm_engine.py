@@ -16,19 +16,13 @@ from typing import Any
 
 from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
+from innerguard.engine.contract import EXTENSION, GUARD_POINT_OPS, INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, SCHEDULER
 from innerguard.engine.plan import Plan, encode_request_args
 
 from . import canary
 
 log = get_logger(__name__)
 
-EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
-SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"  # makes a block final inside the engine
-LOAD_FORMAT = "innerguard"  # hooks/model_loader.py: the operator's loader, then the guard points
-INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
-# hooks/guard_points.py's custom ops. On a GPU they split vLLM's piecewise
-# CUDA graphs: the graph pieces replay, the points run between them.
-GUARD_POINT_OPS = ("innerguard::attention_point", "innerguard::layer_point")
 # What vLLM 0.24-0.33 also splits at when splitting_ops is left unset.
 _KV_CACHE_UPDATE_OPS = ("vllm::unified_kv_cache_update", "vllm::unified_mla_kv_cache_update")
 # vLLM's compile-cache key leaves the model loader out: a guarded engine and a

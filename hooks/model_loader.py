@@ -13,10 +13,8 @@ import dataclasses
 from vllm.model_executor.model_loader import get_model_loader, register_model_loader
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
+from ..engine.contract import INNER_LOAD_FORMAT_KEY, LOAD_FORMAT
 from . import cached_graphs, guard_points, steering_buffers
-
-LOAD_FORMAT = "innerguard"
-INNER_KEY = "innerguard_load_format"
 
 
 @register_model_loader(LOAD_FORMAT)
@@ -24,9 +22,9 @@ class GuardPointLoader(BaseModelLoader):
     def __init__(self, load_config):
         super().__init__(load_config)
         extra = dict(load_config.model_loader_extra_config or {})
-        inner = extra.pop(INNER_KEY, "auto")
+        inner = extra.pop(INNER_LOAD_FORMAT_KEY, "auto")
         if inner == LOAD_FORMAT:
-            raise ValueError(f"{INNER_KEY} cannot be {LOAD_FORMAT!r} itself")
+            raise ValueError(f"{INNER_LOAD_FORMAT_KEY} cannot be {LOAD_FORMAT!r} itself")
         self.inner = get_model_loader(dataclasses.replace(load_config, load_format=inner, model_loader_extra_config=extra))
 
     def download_model(self, model_config) -> None:

@@ -12,7 +12,6 @@ import copy
 
 ATTRIBUTE = "innerguard_blocked"
 SCORED = "innerguard_scored_blocks"  # KV cache blocks whose token-probe scores the worker keeps (token_score_cache.py)
-SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"  # SchedulerConfig.scheduler_cls
 
 
 def attach(output, req_ids: frozenset[str], scored: dict[int, bytes] | None = None):

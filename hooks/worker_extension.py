@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..engine.contract import GUARD_POINT_OPS, SCHEDULER
 from ..engine.plan import Plan
-from ..engine.vllm_engine import GUARD_POINT_OPS
 from . import cached_graphs
 from .decisions import decide
 from .lifecycle import Lifecycle
@@ -23,7 +23,6 @@ from .runtime import GuardRuntime
 from .signals import start_signals
 from .tensor_parallel import current_shard
 from .vectors import load_vectors
-from .verdicts import SCHEDULER
 
 
 class UnsupportedEngineError(RuntimeError):

@@ -46,7 +46,7 @@ from ..errors import InnerguardError
 from ..logging import get_logger
 from ..requests import GuardRequest, RequestError, select_policies
 from ..requests.spans import render
-from ..vllm_engine import EXTENSION, LOAD_FORMAT
+from ..contract import EXTENSION, LOAD_FORMAT
 from ..vllm_engine import engine_kwargs as base_engine_kwargs
 from ..vllm_engine import start_llm
 from .spec import CaptureSpec

@@ -74,7 +74,8 @@ def test_a_second_start_reads_the_compiled_graphs_back_and_decides_alike(smollm2
 
 
 def test_an_engine_without_guard_points_is_refused(smollm2_dir, guarded):
-    from innerguard.engine.vllm_engine import EXTENSION, SCHEDULER, engine_kwargs, install_plan, start_llm
+    from innerguard.engine.contract import EXTENSION, SCHEDULER
+    from innerguard.engine.vllm_engine import engine_kwargs, install_plan, start_llm
 
     llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=True,
                                     overrides={"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER}))

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from innerguard.hooks.request_args import BadArguments, check_positions, read_args
-from innerguard.hooks.verdicts import SCHEDULER, attach, blocked_in
+from innerguard.engine.contract import SCHEDULER
+from innerguard.hooks.verdicts import attach, blocked_in
 from innerguard.hooks.worker_extension import UnsupportedEngineError, refuse_unsupported
 
 VALID = {"id": "r#1", "policies": ["p"], "spans": {"p": {"instruction": [[0, 2]], "data": [[2, 5]]}}, "text_signals": {"p.x": True}}
@@ -48,7 +49,7 @@ def test_cuda_graphs_are_accepted_only_when_split_at_the_guard_points(smollm2_di
     # so only piecewise graphs split at both points may run a guard.
     from vllm.config import CUDAGraphMode
 
-    from innerguard.engine.vllm_engine import GUARD_POINT_OPS
+    from innerguard.engine.contract import GUARD_POINT_OPS
 
     config = engine_config(smollm2_dir)
     assert not config.compilation_config.cudagraph_capture_sizes
@@ -74,7 +75,8 @@ def test_cuda_graphs_are_accepted_only_when_split_at_the_guard_points(smollm2_di
 def test_the_engine_splits_graphs_at_the_ops_the_guard_points_call():
     import torch
 
-    from innerguard.engine.vllm_engine import GUARD_POINT_OPS, guarded_compilation_config
+    from innerguard.engine.contract import GUARD_POINT_OPS
+    from innerguard.engine.vllm_engine import guarded_compilation_config
     from innerguard.hooks import guard_points  # noqa: F401  (defines the ops)
 
     assert {torch.ops.innerguard.attention_point.default.name(), torch.ops.innerguard.layer_point.default.name()} == set(GUARD_POINT_OPS)

@@ -1,0 +1,20 @@
+"""The names both sides of the engine/worker boundary must agree on.
+
+The engine side (``vllm_engine.py``) writes them into vLLM's configuration;
+the worker side (``innerguard.hooks``) is loaded by vLLM under them and
+checks them. Kept here, free of imports, so that the worker never has to
+import engine start-up to learn them (tests/worker/test_worker_imports.py).
+The plan itself, the other half of the contract, is ``plan.py``.
+"""
+
+# vLLM's ParallelConfig.worker_extension_cls: the worker's RPC methods.
+EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
+# SchedulerConfig.scheduler_cls: makes a block final inside the engine.
+SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"
+# LoadConfig.load_format of hooks/model_loader.py: the operator's loader, then
+# the guard points; the operator's own format travels under this extra key.
+LOAD_FORMAT = "innerguard"
+INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
+# hooks/guard_points.py's custom ops. On a GPU they split vLLM's piecewise
+# CUDA graphs: the graph pieces replay, the points run between them.
+GUARD_POINT_OPS = ("innerguard::attention_point", "innerguard::layer_point")
