@@ -7,6 +7,10 @@ import engine start-up to learn them (tests/worker/test_worker_imports.py).
 The plan itself, the other half of the contract, is ``plan.py``.
 """
 
+# The key of a request's innerguard arguments in SamplingParams.extra_args.
+# Over HTTP, vLLM's ``vllm_xargs`` body field fills the same, but it takes only
+# scalars and lists, so the arguments travel as one JSON string.
+REQUEST_KEY = "innerguard"
 # vLLM's ParallelConfig.worker_extension_cls: the worker's RPC methods.
 EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
 # SchedulerConfig.scheduler_cls: makes a block final inside the engine.

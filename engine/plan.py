@@ -12,11 +12,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from innerguard.engine.contract import REQUEST_KEY
+
 PLAN_VERSION = "innerguard.plan/v1"
-# The key of a request's innerguard arguments in SamplingParams.extra_args.
-# Over HTTP, vLLM's ``vllm_xargs`` body field fills the same, but it takes only
-# scalars and lists, so the arguments travel as one JSON string.
-REQUEST_KEY = "innerguard"
 
 AnalyzerKind = Literal["attention_tracker", "reranker", "probe", "token_probe", "text"]
 Action = Literal["block", "steer", "flag", "rerank", "drop_documents", "allow"]

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-REQUEST_KEY = "innerguard"  # the same key as engine/plan.py's REQUEST_KEY
+from ..engine.contract import REQUEST_KEY
+
 MAX_CHARS = 1 << 22  # far above any real request's arguments
 MAX_ITEMS = 4096  # policies, spans, documents...
 MAX_TEXT = 512  # ids, names
