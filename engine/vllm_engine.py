@@ -14,9 +14,9 @@ import os
 import uuid
 from typing import Any
 
+from innerguard.engine.contract import EXTENSION, GUARD_POINT_OPS, INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, SCHEDULER
 from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
-from innerguard.engine.contract import EXTENSION, GUARD_POINT_OPS, INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, SCHEDULER
 from innerguard.engine.plan import Plan, encode_request_args
 
 from . import canary

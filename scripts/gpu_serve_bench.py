@@ -58,8 +58,12 @@ VLLM_FLAGS = ["--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len"
               "--served-model-name", MODEL_NAME]
 
 
+def probe_layers(layers: int) -> list[int]:
+    return list(range(3, layers, 4)) or [layers - 1]
+
+
 def policies(layers: int, heads: int) -> dict[str, str]:
-    probe_layers = list(range(3, layers, 4)) or [layers - 1]
+    probed = probe_layers(layers)
     tracked = [[layer, head] for layer in range(layers // 3, layers) for head in range(0, heads, max(1, heads // 3))][:48]
     common = "mode: enforce\non_error: fail-open\nspans: {trusted: {roles: [system]}, untrusted: {roles: [user]}}\n"
     return {
@@ -69,7 +73,7 @@ metadata: {{name: probe, version: 1.0.0, owner: bench, description: token probe 
 {common}signals:
   injected:
     analyzer: token_probe
-    layers: {json.dumps(probe_layers)}
+    layers: {json.dumps(probed)}
     span: untrusted
     window: 16
     weights: {{artifact: artifacts/probe.safetensors}}
@@ -127,13 +131,12 @@ def make(work: Path, tokenizer: Path, shape: str) -> None:
         (folder / name).write_text(text)
     fingerprint = models.read_geometry(model_dir).fingerprint
     generator = torch.Generator().manual_seed(0)
-    probe_layers = re.search(r"layers: \[([0-9, ]+)\]", policies(layers, heads)["probe.yaml"]).group(1)
-    weights = {f"weight.{layer.strip()}": torch.randn(hidden, generator=generator) / hidden ** 0.5
-               for layer in probe_layers.split(",")}
+    probed = probe_layers(layers)
+    weights = {f"weight.{layer}": torch.randn(hidden, generator=generator) / hidden ** 0.5 for layer in probed}
     weights["bias"] = torch.zeros(1)
     save_file(weights, str(folder / "artifacts" / "probe.safetensors"),
               metadata={"format": "innerguard.artifact/v1", "model_name": model_dir.name, "hidden_size": str(hidden),
-                        "layers": probe_layers.replace(" ", ""), "window": "16", "model_fingerprint": fingerprint})
+                        "layers": ",".join(map(str, probed)), "window": "16", "model_fingerprint": fingerprint})
     vector = torch.randn(hidden, generator=generator)
     save_file({"vector": (vector / vector.norm()).contiguous()}, str(folder / "artifacts" / "steer.safetensors"),
               metadata={"format": "innerguard.artifact/v1", "model_name": model_dir.name, "hidden_size": str(hidden),
