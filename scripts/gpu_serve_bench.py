@@ -3,9 +3,9 @@
 vLLM's own ``vllm bench serve``.
 
     python3 scripts/gpu_serve_bench.py make WORKDIR --tokenizer DIR [--shape 8b|tiny]
-    python3 scripts/gpu_serve_bench.py run WORKDIR --server plain|guarded --out OUT \\
+    python3 scripts/gpu_serve_bench.py run WORKDIR --server plain|null|guarded --out OUT \\
         [--concurrency 256 64 16 1] [--num-prompts 256]
-    python3 scripts/gpu_serve_bench.py table OUT     # the README table, guarded / plain
+    python3 scripts/gpu_serve_bench.py table OUT     # the README table: each server against plain
 
 The model has Llama 3 8B's shape (32 layers, hidden 4096, 32 query and 8 KV
 heads, FFN 14336) in bfloat16, with vLLM's dummy weights (``--load-format
@@ -15,14 +15,17 @@ tokenizer (DIR: its config.json and tokenizer files), so the vocabulary is
 tokenizer cannot decode. ``--shape tiny`` is a 4-layer model of the same
 layout, to try the script on a CPU.
 
-One server at a time, the same vLLM flags for both; the guarded one runs
+One server at a time, the same vLLM flags for all; the guarded one runs
 three policies of the kinds innerguard ships, all flag-only so that nothing
 is blocked and both servers generate the same tokens:
   - a token probe on every fourth layer, window 16, random weights in the
     shipped artifact format (the prompt-injection policy's analyzer);
   - an attention tracker on 48 heads (prompt-injection-attention's);
   - a steer of one layer on every generated token (medical-topic-steer's).
-The user message is untrusted, so every prompt token is scored.
+The user message is untrusted, so every prompt token is scored. The null
+server is the control: innerguard serve with the same three policies, each
+applying only to a tag no request carries, so every hook is installed and
+nothing is decided; what it costs is the server's own overhead.
 
 Per concurrency (highest first, so a slow run loses the longest one last):
 ``vllm bench serve --backend openai-chat --dataset-name random
@@ -30,7 +33,9 @@ Per concurrency (highest first, so a slow run loses the longest one last):
 result JSON is kept in OUT. On the guarded server each bench run must raise
 every policy's ``innerguard_decisions_total`` by at least the requests it
 completed, none blocked; afterwards 16 direct chat requests must each carry
-an ``innerguard`` verdict; the server log is searched for tracebacks.
+an ``innerguard`` verdict, examples/openai_client.py runs against the
+server (its output in OUT/openai_client.txt), and the server log is searched
+for tracebacks.
 Writes OUT/serve_bench_SERVER.json as it goes.
 """
 from __future__ import annotations
@@ -39,6 +44,7 @@ import argparse
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -54,6 +60,9 @@ SHAPES = {
 }
 MODEL_NAME = "bench"
 INPUT_TOKENS, OUTPUT_TOKENS = 480, 128
+# What the summary keeps of each vllm bench serve result.
+RAW_KEYS = ("completed", "failed", "duration", "total_output_tokens", "output_throughput", "request_throughput",
+            "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_tpot_ms", "p99_tpot_ms")
 VLLM_FLAGS = ["--load-format", "dummy", "--dtype", "bfloat16", "--max-model-len", "2048",
               "--served-model-name", MODEL_NAME]
 
@@ -144,12 +153,25 @@ def make(work: Path, tokenizer: Path, shape: str) -> None:
     print(f"made {model_dir} (Llama, {shape}: {layers} layers, hidden {hidden}) and {folder}", flush=True)
 
 
+def null_policies(work: Path) -> Path:
+    """The same policies, each applying only to a tag no request carries: the
+    server installs every hook and decides nothing, the benchmark's control."""
+    folder = work / "policies-null"
+    if not folder.exists():
+        shutil.copytree(work / "policies", folder)
+        for path in folder.glob("*.yaml"):
+            text = path.read_text()
+            path.write_text(text.replace("mode: enforce\n", "mode: enforce\napplies_to: {tags: [never-sent]}\n", 1))
+    return folder
+
+
 def server_argv(kind: str, work: Path) -> list[str]:
     model_dir = next(work.glob("llama-*-dummy"))
     if kind == "plain":
         return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir), *VLLM_FLAGS]
+    folder = null_policies(work) if kind == "null" else work / "policies"
     return [sys.executable, "-m", "innerguard.engine.cli", "serve", "--model", str(model_dir), *VLLM_FLAGS,
-            "--policies", str(work / "policies"), "--watch-interval", "0"]
+            "--policies", str(folder), "--watch-interval", "0"]
 
 
 def decisions(url: str) -> Counter:
@@ -190,9 +212,7 @@ def bench(server: Server, model_dir: Path, concurrency: int, num_prompts: int, o
     if run.returncode != 0:
         raise RuntimeError(f"vllm bench serve exited {run.returncode}: {run.stderr[-1500:]}")
     raw = json.loads((out.parent / name).read_text())
-    keep = ("completed", "failed", "duration", "total_output_tokens", "output_throughput", "request_throughput",
-            "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms", "median_tpot_ms", "p99_tpot_ms")
-    return {"concurrency": concurrency, "wall_s": round(time.time() - t0, 1), **{k: raw.get(k) for k in keep}}
+    return {"concurrency": concurrency, "wall_s": round(time.time() - t0, 1), **{k: raw.get(k) for k in RAW_KEYS}}
 
 
 def direct_verdicts(server: Server, count: int = 16) -> dict:
@@ -206,6 +226,15 @@ def direct_verdicts(server: Server, count: int = 16) -> dict:
         reply = httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=120).json()
         carried += isinstance(reply.get("innerguard"), dict) and reply["innerguard"].get("verdict") is not None
     return {"sent": count, "with_verdict": carried}
+
+
+def openai_client(server: Server, out: Path) -> dict:
+    """examples/openai_client.py, the README's client, against this server."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "openai_client.py"
+    done = subprocess.run([sys.executable, str(example), "--base-url", f"{server.url}/v1", "--model", MODEL_NAME],
+                          capture_output=True, text=True, timeout=300)
+    (out / "openai_client.txt").write_text(done.stdout + done.stderr)
+    return {"rc": done.returncode, "verdict_lines": done.stdout.count("verdict=")}
 
 
 def run(args) -> int:
@@ -254,6 +283,7 @@ def run(args) -> int:
         summary["prefix_cache"] = prefix_cache(server.url)
         if args.server == "guarded":
             summary["checks"]["direct"] = direct_verdicts(server)
+            summary["checks"]["openai_client"] = openai_client(server, args.out)
             summary["checks"]["every_request_decided"] = all(r["every_request_decided"] for r in summary["runs"])
             summary["checks"]["none_blocked"] = not any(r["blocked"] for r in summary["runs"])
     except Exception as exc:  # reported in the summary, which still comes back
@@ -268,20 +298,38 @@ def run(args) -> int:
     return 0 if "exception" not in summary and summary["log_tracebacks"] == 0 else 1
 
 
+def summary_of(out: Path, server: str) -> dict:
+    """OUT/serve_bench_SERVER.json, or, where only vllm bench serve's raw
+    results came back from the device, the runs rebuilt from those."""
+    path = out / f"serve_bench_{server}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    runs = []
+    for raw_path in sorted(out.glob(f"{server}-c*.json")):
+        raw = json.loads(raw_path.read_text())
+        runs.append({"concurrency": raw["max_concurrency"], **{k: raw.get(k) for k in RAW_KEYS}})
+    if not runs:
+        raise SystemExit(f"{out} has neither serve_bench_{server}.json nor {server}-c*.json: run `run --server {server}` first")
+    return {"server": server, "runs": runs, "rebuilt_from_raw": True}
+
+
 def table(out: Path) -> str:
-    plain = json.loads((out / "serve_bench_plain.json").read_text())
-    guarded = json.loads((out / "serve_bench_guarded.json").read_text())
-    by_c = {r["concurrency"]: r for r in plain["runs"]}
-    lines = ["| concurrency | output tok/s plain | guarded | ratio | TTFT p50 plain / guarded (ms) | TTFT p99 (ms) "
-             "| ITL p50 (ms) | ITL p99 (ms) |", "|---|---|---|---|---|---|---|---|"]
-    for g in sorted(guarded["runs"], key=lambda r: r["concurrency"]):
-        p = by_c.get(g["concurrency"])
-        if p is None:
-            continue
-        pair = lambda key: f"{p[key]:.1f} / {g[key]:.1f}"  # noqa: E731
-        lines.append(f"| {g['concurrency']} | {p['output_throughput']:.0f} | {g['output_throughput']:.0f} | "
-                     f"{100 * g['output_throughput'] / p['output_throughput']:.1f} % | {pair('median_ttft_ms')} | "
-                     f"{pair('p99_ttft_ms')} | {pair('median_itl_ms')} | {pair('p99_itl_ms')} |")
+    """guarded (and, where it ran, the null control) against plain, per concurrency."""
+    plain = {r["concurrency"]: r for r in summary_of(out, "plain")["runs"]}
+    others = [(name, {r["concurrency"]: r for r in summary_of(out, name)["runs"]})
+              for name in ("null", "guarded")
+              if (out / f"serve_bench_{name}.json").exists() or any(out.glob(f"{name}-c*.json"))]
+    lines = ["| concurrency | server | output tok/s | of plain | TTFT p50 / p99 (ms) | ITL p50 / p99 (ms) |",
+             "|---|---|---|---|---|---|"]
+    for concurrency in sorted(plain, reverse=True):
+        for name, runs in [("plain", plain), *others]:
+            run = runs.get(concurrency)
+            if run is None:
+                continue
+            ratio = f"{100 * run['output_throughput'] / plain[concurrency]['output_throughput']:.1f} %"
+            lines.append(f"| {concurrency} | {name} | {run['output_throughput']:.0f} | {ratio} | "
+                         f"{run['median_ttft_ms']:.1f} / {run['p99_ttft_ms']:.1f} | "
+                         f"{run['median_itl_ms']:.2f} / {run['p99_itl_ms']:.1f} |")
     return "\n".join(lines)
 
 
@@ -295,7 +343,8 @@ def main() -> int:
     p.add_argument("--shape", choices=sorted(SHAPES), default="8b")
     p = sub.add_parser("run")
     p.add_argument("workdir", type=Path)
-    p.add_argument("--server", choices=("plain", "guarded"), required=True)
+    p.add_argument("--server", choices=("plain", "guarded", "null"), required=True,
+                   help="null: innerguard serve with every policy applying to no request (the control)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--concurrency", type=int, nargs="+", default=[256, 64, 16, 1])
     p.add_argument("--num-prompts", type=int, default=256)

@@ -15,9 +15,10 @@
 #            bash scripts/gpu_serve_check.sh run        carry .gpukit/part02 [.gpukit/wheels after a rebuild]
 #            bash scripts/gpu_serve_check.sh parity     (gpu_check.py v1/v2 x eager/compiled; same machine)
 #            bash scripts/gpu_serve_check.sh bench plain      (scripts/gpu_serve_bench.py: vllm serve, 8B-shaped
-#            bash scripts/gpu_serve_check.sh bench guarded     dummy model, vllm bench serve; one call each)
+#            bash scripts/gpu_serve_check.sh bench null        dummy model, vllm bench serve; one call each,
+#            bash scripts/gpu_serve_check.sh bench guarded     ~7 min; the null server is the control)
 # Results land in $OUT: serve_check.json, serve_compiled.log, serve_eager.log, setup.log (and parity.json,
-# parity.log; serve_bench_SERVER.json/.log and vllm bench serve's raw result per concurrency).
+# parity.log; serve_bench_SERVER.tgz: the summary, the server log and vllm bench serve's raw results).
 set -uo pipefail
 SITE=${SITE:-/tmp/site}
 STASH=/tmp/gpukit
@@ -40,7 +41,7 @@ unpack_tokenizer() {
       "$STASH"/tok/tokenizer.json.xz "$STASH"/tok/tokenizer.json
 }
 
-case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|guarded}" in
+case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|null|guarded}" in
 stash)
   ls -l "$STASH" "$STASH"/wheels "$STASH"/tok 2>/dev/null
   ;;
@@ -69,6 +70,9 @@ bench)
   unpack_tokenizer
   [ -d /tmp/sb/llama-8b-dummy ] || python3 scripts/gpu_serve_bench.py make /tmp/sb --tokenizer "$STASH"/tok
   nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-  python3 scripts/gpu_serve_bench.py run /tmp/sb --server "${2:?plain or guarded}" --out "$OUT" ${BENCH_ARGS:-}
+  # The device returns only a few files a call: the run's files come back as one archive.
+  python3 scripts/gpu_serve_bench.py run /tmp/sb --server "${2:?plain, null or guarded}" --out /tmp/sb-out ${BENCH_ARGS:-}; rc=$?
+  tar czf "$OUT"/serve_bench_"$2".tgz -C /tmp/sb-out .
+  exit $rc
   ;;
 esac
