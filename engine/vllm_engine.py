@@ -166,7 +166,19 @@ def _self_check_error(message: str) -> EngineStartError:
 
 
 def install_plan(llm, plan: Plan) -> dict[str, Any]:
-    """Install ``plan`` in the workers of a ``vllm.LLM`` started with
+    """Install ``plan`` in a ``vllm.LLM`` (``GuardedLLM``'s engine, whose calls
+    are synchronous) and prove it works; see ``_install``."""
+    return _run_to_end(_install(_LLMCalls(llm), plan))
+
+
+async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
+    """Install ``plan`` in an ``AsyncLLM`` (the OpenAI server's engine client)
+    and prove it works; see ``_install``. Requests in flight keep their plan."""
+    return await _install(_AsyncLLMCalls(engine_client), plan)
+
+
+async def _install(engine: "_LLMCalls | _AsyncLLMCalls", plan: Plan) -> dict[str, Any]:
+    """Install ``plan`` in the workers of an engine started with
     ``guarded_engine_kwargs``, then prove it works before it serves: one tiny
     forward must reach every hook point, a blocked probe must end after one
     token, and the canary twins (canary.py) must be decided alike and whole.
@@ -177,90 +189,93 @@ def install_plan(llm, plan: Plan) -> dict[str, Any]:
     from vllm import SamplingParams
 
     try:
-        info = llm.collective_rpc("innerguard_install", args=(plan.to_dict(),))[0]
+        info = (await engine.rpc("innerguard_install", args=(plan.to_dict(),)))[0]
     except Exception as exc:
         raise _install_error(exc) from None
     bundle = plan.bundle_hash
     try:
-        llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
+        await engine.rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
         key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
-        twins = canary.requests(plan, llm.get_tokenizer())
-        outs = llm.generate(
-            [{"prompt_token_ids": _PROBE_TOKENS}] * 2 + [{"prompt_token_ids": canary.DECOY_TOKENS}] + [_prompt(t) for t in twins],
-            [SamplingParams(max_tokens=1), _probe_params(key), SamplingParams(max_tokens=1)] + [_canary_params(t) for t in twins],
-            use_tqdm=False,
-        )
-        calls = llm.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})[0]
-        results = llm.collective_rpc("innerguard_take_results", args=([key, *(t.key for t in twins)],))[0]
-        failure = _self_check_failure(info, calls, len(outs[1].outputs[0].token_ids), plan, twins, results)
-    except Exception as exc:
-        failure = f"self-check failed: {type(exc).__name__}: {exc}"
-    if failure:
-        llm.collective_rpc("innerguard_rollback", args=(bundle,))
-        raise _self_check_error(failure)
-    if info.get("reads_kv_cache"):
-        try:
-            pair = canary.kv_pair(plan, llm.get_tokenizer(), bool(info.get("reads_token_scores")))
-            outs = [llm.generate([_prompt(r)], [_canary_params(r)], use_tqdm=False)[0] for r in pair]
-            info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
-            wrong = canary.kv_failure(pair, llm.collective_rpc("innerguard_take_results", args=([r.key for r in pair],))[0], cached)
-        except Exception as exc:
-            wrong = f"{type(exc).__name__}: {exc}"
-        if wrong:
-            llm.collective_rpc("innerguard_kv_readback", args=(False,))
-            info["reads_kv_cache"] = info["reads_token_scores"] = False
-            _warn_kv_readback_off(wrong)
-    llm.collective_rpc("innerguard_commit", args=(bundle,))
-    return info
-
-
-async def install_plan_async(engine_client, plan: Plan) -> dict[str, Any]:
-    """``install_plan`` for ``vllm.v1.engine.async_llm.AsyncLLM`` (the OpenAI
-    server's engine client): its ``collective_rpc`` is a coroutine and the
-    self-check goes through ``generate``. Requests in flight keep their plan."""
-    import asyncio
-
-    from vllm import SamplingParams
-
-    try:
-        info = (await engine_client.collective_rpc("innerguard_install", args=(plan.to_dict(),)))[0]
-    except Exception as exc:
-        raise _install_error(exc) from None
-    bundle = plan.bundle_hash
-    try:
-        await engine_client.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
-        key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
-        twins = canary.requests(plan, engine_client.get_tokenizer())
-        await _drain(engine_client.generate({"prompt_token_ids": _PROBE_TOKENS}, SamplingParams(max_tokens=1),
-                                            request_id=f"{key}-forward"))
-        probe = await _drain(engine_client.generate({"prompt_token_ids": _PROBE_TOKENS}, _probe_params(key), request_id=key))
-        await asyncio.gather(
-            _drain(engine_client.generate({"prompt_token_ids": canary.DECOY_TOKENS}, SamplingParams(max_tokens=1),
-                                          request_id=f"{key}-decoy")),
-            *(_drain(engine_client.generate(_prompt(t), _canary_params(t), request_id=t.key)) for t in twins))
-        calls = (await engine_client.collective_rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle}))[0]
-        results = (await engine_client.collective_rpc("innerguard_take_results", args=([key, *(t.key for t in twins)],)))[0]
+        twins = canary.requests(plan, engine.tokenizer())
+        await engine.generate([({"prompt_token_ids": _PROBE_TOKENS}, SamplingParams(max_tokens=1), f"{key}-forward")])
+        probe, = await engine.generate([({"prompt_token_ids": _PROBE_TOKENS}, _probe_params(key), key)])
+        # The twins run behind a decoy, in one batch (canary.py says why).
+        await engine.generate([({"prompt_token_ids": canary.DECOY_TOKENS}, SamplingParams(max_tokens=1), f"{key}-decoy"),
+                               *((_prompt(t), _canary_params(t), t.key) for t in twins)])
+        calls = (await engine.rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle}))[0]
+        results = (await engine.rpc("innerguard_take_results", args=([key, *(t.key for t in twins)],)))[0]
         failure = _self_check_failure(info, calls, len(probe.outputs[0].token_ids) if probe else 0, plan, twins, results)
     except Exception as exc:
         failure = f"self-check failed: {type(exc).__name__}: {exc}"
     if failure:
-        await engine_client.collective_rpc("innerguard_rollback", args=(bundle,))
+        await engine.rpc("innerguard_rollback", args=(bundle,))
         raise _self_check_error(failure)
     if info.get("reads_kv_cache"):
         try:
-            pair = canary.kv_pair(plan, engine_client.get_tokenizer(), bool(info.get("reads_token_scores")))
-            outs = [await _drain(engine_client.generate(_prompt(r), _canary_params(r), request_id=r.key)) for r in pair]
+            pair = canary.kv_pair(plan, engine.tokenizer(), bool(info.get("reads_token_scores")))
+            outs = [(await engine.generate([(_prompt(r), _canary_params(r), r.key)]))[0] for r in pair]
             info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
-            results = (await engine_client.collective_rpc("innerguard_take_results", args=([r.key for r in pair],)))[0]
+            results = (await engine.rpc("innerguard_take_results", args=([r.key for r in pair],)))[0]
             wrong = canary.kv_failure(pair, results, cached)
         except Exception as exc:
             wrong = f"{type(exc).__name__}: {exc}"
         if wrong:
-            await engine_client.collective_rpc("innerguard_kv_readback", args=(False,))
+            await engine.rpc("innerguard_kv_readback", args=(False,))
             info["reads_kv_cache"] = info["reads_token_scores"] = False
             _warn_kv_readback_off(wrong)
-    await engine_client.collective_rpc("innerguard_commit", args=(bundle,))
+    await engine.rpc("innerguard_commit", args=(bundle,))
     return info
+
+
+class _LLMCalls:
+    """The install's view of a ``vllm.LLM``: its calls return at once, so the
+    install coroutine never suspends on it (see ``_run_to_end``)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    async def rpc(self, method: str, args=(), kwargs=None) -> list:
+        return self.llm.collective_rpc(method, args=args, kwargs=kwargs)
+
+    async def generate(self, requests) -> list:
+        """``requests``: (prompt, sampling params, request id) triples, run as one batch; the outputs in order."""
+        prompts, params, _ids = zip(*requests)  # LLM names its own requests
+        return self.llm.generate(list(prompts), list(params), use_tqdm=False)
+
+    def tokenizer(self):
+        return self.llm.get_tokenizer()
+
+
+class _AsyncLLMCalls:
+    """The install's view of an ``AsyncLLM``: its ``collective_rpc`` is a
+    coroutine, and a batch is its requests sent at once."""
+
+    def __init__(self, engine_client):
+        self.engine_client = engine_client
+
+    async def rpc(self, method: str, args=(), kwargs=None) -> list:
+        return await self.engine_client.collective_rpc(method, args=args, kwargs=kwargs)
+
+    async def generate(self, requests) -> list:
+        import asyncio
+
+        return list(await asyncio.gather(*(_drain(self.engine_client.generate(prompt, params, request_id=request_id))
+                                           for prompt, params, request_id in requests)))
+
+    def tokenizer(self):
+        return self.engine_client.get_tokenizer()
+
+
+def _run_to_end(coroutine):
+    """The result of a coroutine that never suspends (every call it awaits
+    returns at once), without an event loop: ``GuardedLLM`` may be used where
+    a loop already runs (a notebook), which ``asyncio.run`` refuses."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a synchronous engine call suspended the install")
 
 
 def _cached_tokens(outs) -> int:
