@@ -20,7 +20,7 @@ from safetensors.numpy import save_file
 
 from innerguard.engine.decide import Evaluator
 from innerguard.engine.lint import lint_paths
-from innerguard.engine.policy import load_policy_set
+from innerguard.engine.lint import load_policy_set
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ import sys
 
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.lint import output
-from innerguard.engine.lint.registry import RULES, explain
+from innerguard.engine.policy.lint_rules import RULES, explain
 
 
 def register(subparsers) -> None:

@@ -44,7 +44,7 @@ def _test(args: argparse.Namespace) -> int:
     from innerguard.engine.errors import InnerguardError
     from innerguard.engine.evaluate.cases import discover, format_outcome, load_cases, outcome
     from innerguard.engine.models import resolve
-    from innerguard.engine.policy import load_policy_set
+    from innerguard.engine.lint import load_policy_set
 
     files = discover(args.folder)
     policy_set, _ = load_policy_set([args.folder])

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.plan import ModelGeometry
 from innerguard.engine.policy.diagnostics import Finding, Location
 from innerguard.engine.policy.model import ArtifactRef, Policy

@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.plan import ModelGeometry
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import Policy

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from innerguard.engine.lint.registry import RULES
+from innerguard.engine.policy.lint_rules import RULES
 from innerguard.engine.policy.diagnostics import Finding, Severity
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

@@ -7,7 +7,7 @@ within one policy or across policies.
 """
 from __future__ import annotations
 
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import Policy
 from innerguard.engine.policy.yamlsafe import Marks

@@ -10,7 +10,7 @@ from innerguard.engine.errors import InnerguardError
 from innerguard.engine.lint.artifacts import ArtifactCache, ArtifactChecker, normalize_model_name
 from innerguard.engine.lint.geometry import check_geometry
 from innerguard.engine.lint.policyset import check_set
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.lint.semantic import check_policy, iter_artifacts
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import ModelGeometry

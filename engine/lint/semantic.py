@@ -8,7 +8,7 @@ import math
 from typing import Iterator
 
 from innerguard.engine.lint import regexes, satisfiability
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import conditions as c
 from innerguard.engine.decide import TEMPLATE_VARIABLES
 from innerguard.engine.policy.diagnostics import Finding, Location

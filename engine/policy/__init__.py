@@ -1,8 +1,9 @@
 """The policy language: loading YAML policies into frozen, typed objects.
 
-Public API (for the compiler and tools)::
+Public API (for the compiler and tools); policies are loaded through the
+linter, which builds on this package::
 
-    from innerguard.engine.policy import load_policy_set
+    from innerguard.engine.lint import load_policy_set
     policy_set, findings = load_policy_set(["policies/"], model="smollm2-135m-instruct")
     if has_errors(findings): refuse            # error-level findings
     for policy in policy_set:                  # Policy objects (model.py)
@@ -13,7 +14,7 @@ Public API (for the compiler and tools)::
             if rule.steer: SteerSpec(id=rule.steer_id(policy.name), layer=..., vector=...,
                                      coefficient=rule.steer.coefficient, ...)
 
-``load_policy_set`` runs the full linter (schema, semantics, artifacts, model
+``load_policy_set`` (``innerguard.engine.lint``) runs the full linter (schema, semantics, artifacts, model
 geometry, policy-set checks) and returns only the policies without
 error-level findings, plus every finding. Each ``Policy`` keeps its
 ``source`` path, ``revision`` (sha256 of the file's bytes) and locations.
@@ -21,7 +22,8 @@ error-level findings, plus every finding. Each ``Policy`` keeps its
 Modules: ``yamlsafe`` (safe YAML with marks), ``schema`` (JSON Schema →
 findings), ``conditions`` (the ``when:`` grammar), ``model`` (dataclasses),
 ``build`` (document → model), ``templates`` (message template analysis),
-``loader`` (files → policies), ``diagnostics`` (findings).
+``loader`` (files → policies), ``diagnostics`` (findings), ``lint_rules``
+(every finding's id, severity and explanation).
 """
 from __future__ import annotations
 
@@ -32,21 +34,8 @@ from innerguard.engine.policy.model import (
 )
 
 
-def load_policy_set(paths, model=None) -> tuple[PolicySet, tuple[Finding, ...]]:
-    """Lint ``paths`` (files or folders); return the policies that have no
-    error-level findings, and all findings. ``model``: a known model name or
-    checkpoint folder, or None. Raises ``InnerguardError`` if linting cannot
-    run at all (missing path, unusable model)."""
-    from innerguard.engine.lint.runner import lint_paths
-
-    if isinstance(paths, (str, bytes)) or hasattr(paths, "__fspath__"):
-        paths = [paths]
-    report = lint_paths(list(paths), model=model)
-    return report.clean, report.findings
-
-
 __all__ = [
-    "load_policy_set", "Finding", "Location", "Severity", "has_errors",
+    "Finding", "Location", "Severity", "has_errors",
     "ArtifactRef", "AttentionTrackerSignal", "Policy", "PolicySet", "ProbeSignal", "TokenProbeSignal",
     "RerankerSignal", "Rule", "Signal", "SpanSelector", "SteerAction", "TextSignal",
 ]

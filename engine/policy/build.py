@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import (

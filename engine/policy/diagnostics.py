@@ -2,8 +2,7 @@
 
 A finding prints as ``file:line:col: severity rule-id message`` (1-based line
 and column, like compilers do). Rule ids and their explanations live in
-``innerguard.engine.lint.registry``; this module only carries them, so the
-loader can report problems without importing the linter.
+``lint_rules`` beside this module; a finding only carries its id.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from innerguard.engine.errors import InnerguardError
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import schema
 from innerguard.engine.policy.build import build_policy
 from innerguard.engine.policy.diagnostics import Finding, Location

@@ -16,7 +16,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.yamlsafe import Marks
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from innerguard.engine.lint.registry import make
+from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy.diagnostics import Finding, Location
 
 MAX_BYTES = 1 << 20  # 1 MiB: a policy is a page of YAML, not a data set

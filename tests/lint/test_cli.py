@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from innerguard.engine.lint.registry import RULES
+from innerguard.engine.policy.lint_rules import RULES
 from test_bad_policies import BLOCK_LOW, FOCUS, HEAD
 
 EXE = Path(sys.executable).parent / "innerguard"
@@ -115,7 +115,7 @@ def test_pre_commit_hook_definition_runs_the_linter():
 
 
 def test_lint_rules_doc_is_generated_from_the_registry():
-    from innerguard.engine.lint.registry import markdown
+    from innerguard.engine.policy.lint_rules import markdown
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "lint-rules.md"
-    assert doc.read_text() == markdown(), "regenerate: python -m innerguard.engine.lint.registry > docs/lint-rules.md"
+    assert doc.read_text() == markdown(), "regenerate: python -m innerguard.engine.policy.lint_rules > docs/lint-rules.md"

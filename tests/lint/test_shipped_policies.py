@@ -7,7 +7,7 @@ import json
 from innerguard.engine.decide import Evaluator
 from innerguard.engine.lint import lint_paths
 from innerguard.engine.plan import PolicyProgram
-from innerguard.engine.policy import load_policy_set
+from innerguard.engine.lint import load_policy_set
 from artifact_builders import POLICIES
 
 

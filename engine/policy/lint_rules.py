@@ -1,7 +1,7 @@
 """Every lint rule innerguard knows: id, default severity, title, why it
 matters, and how to fix it. ``innerguard lint --explain IG205`` prints an
 entry; ``docs/lint-rules.md`` is generated from this table
-(``python -m innerguard.engine.lint.registry > docs/lint-rules.md``).
+(``python -m innerguard.engine.policy.lint_rules > docs/lint-rules.md``).
 
 Ranges: IG0xx reading the file, IG1xx schema, IG2xx conditions and rules,
 IG3xx actions and templates, IG4xx regular expressions, IG5xx artifacts,
@@ -219,8 +219,8 @@ def markdown() -> str:
     lines = [
         "# innerguard lint rules",
         "",
-        "Generated from `engine/lint/registry.py` "
-        "(`python -m innerguard.engine.lint.registry > docs/lint-rules.md`). "
+        "Generated from `engine/policy/lint_rules.py` "
+        "(`python -m innerguard.engine.policy.lint_rules > docs/lint-rules.md`). "
         "`innerguard lint --explain ID` prints one entry.",
         "",
         "| id | severity | title |",
