@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from innerguard.engine.decide import ACTION_RANK
+from innerguard.engine.policy.vocabulary import ACTION_RANK
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.plan import (
     PLAN_VERSION,

@@ -1,8 +1,9 @@
 """Decisions: evaluate compiled policies for one request, given signal values.
 
 Imported by the vLLM worker, so it depends only on the standard library,
-``jinja2`` (sandboxed message templates) and ``innerguard.engine.plan``;
-never on yaml or jsonschema.
+``jinja2`` (sandboxed message templates), ``innerguard.engine.plan`` and the
+language's vocabulary (``innerguard.engine.policy.vocabulary``: the actions'
+strength, the template variables and sandbox); never on yaml or jsonschema.
 
 Usage::
 
@@ -47,17 +48,11 @@ import math
 import operator
 from typing import Any, Callable, Iterable, Mapping, NamedTuple
 
-from jinja2 import StrictUndefined, Template, UndefinedError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import Template, UndefinedError
 
 from innerguard.engine.plan import PolicyProgram
+from innerguard.engine.policy.vocabulary import ACTION_RANK, TEMPLATE_VARIABLES, template_environment
 
-ACTION_RANK = {"block": 5, "steer": 4, "drop_documents": 3, "rerank": 2, "flag": 1, "allow": 0}
-TEMPLATE_VARIABLES = {
-    "policy": ("name", "version", "mode"),
-    "rule": ("id", "action"),
-    "signals": None,  # this policy's signals by short name
-}
 MAX_MESSAGE_CHARS = 2000
 ERROR_BLOCK_MESSAGE = "This request was blocked because policy {policy} could not be evaluated."
 FALLBACK_MESSAGE = "This request was blocked by policy {policy} (rule {rule})."
@@ -79,13 +74,6 @@ class SignalError:
 
 
 # ---------------------------------------------------------------- templates
-
-def template_environment() -> SandboxedEnvironment:
-    """The one environment message templates are parsed and rendered in:
-    sandboxed (no attribute access to internals), strict about undefined
-    variables, no autoescape (messages are plain text)."""
-    return SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, trim_blocks=True, lstrip_blocks=True)
-
 
 _ENV = template_environment()
 _TEMPLATE_CACHE: dict[str, Any] = {}

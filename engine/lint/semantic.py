@@ -10,7 +10,7 @@ from typing import Iterator
 from innerguard.engine.lint import regexes, satisfiability
 from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import conditions as c
-from innerguard.engine.decide import TEMPLATE_VARIABLES
+from innerguard.engine.policy.vocabulary import TEMPLATE_VARIABLES
 from innerguard.engine.policy.diagnostics import Finding, Location
 from innerguard.engine.policy.model import ArtifactRef, Policy, Rule, SpanSelector, TextSignal, TokenProbeSignal
 from innerguard.engine.policy.schema import describe_path, did_you_mean

@@ -23,19 +23,9 @@ Modules: ``yamlsafe`` (safe YAML with marks), ``schema`` (JSON Schema →
 findings), ``conditions`` (the ``when:`` grammar), ``model`` (dataclasses),
 ``build`` (document → model), ``templates`` (message template analysis),
 ``loader`` (files → policies), ``diagnostics`` (findings), ``lint_rules``
-(every finding's id, severity and explanation).
+(every finding's id, severity and explanation), ``vocabulary`` (the actions,
+template variables and template sandbox that the decision semantics share).
+
+Import from the modules themselves; this file imports nothing, so that the
+vLLM worker, which reads the vocabulary, loads nothing else of the language.
 """
-from __future__ import annotations
-
-from innerguard.engine.policy.diagnostics import Finding, Location, Severity, has_errors
-from innerguard.engine.policy.model import (
-    ArtifactRef, AttentionTrackerSignal, Policy, PolicySet, ProbeSignal, RerankerSignal, TokenProbeSignal,
-    Rule, Signal, SpanSelector, SteerAction, TextSignal,
-)
-
-
-__all__ = [
-    "Finding", "Location", "Severity", "has_errors",
-    "ArtifactRef", "AttentionTrackerSignal", "Policy", "PolicySet", "ProbeSignal", "TokenProbeSignal",
-    "RerankerSignal", "Rule", "Signal", "SpanSelector", "SteerAction", "TextSignal",
-]

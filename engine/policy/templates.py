@@ -1,7 +1,7 @@
 """Static analysis of message templates (for the linter and the model).
 
 Templates are parsed in the same sandboxed environment that renders them
-(``innerguard.engine.decide.template_environment``), so what lints clean
+(``innerguard.engine.policy.vocabulary.template_environment``), so what lints clean
 parses at request time too.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from jinja2 import TemplateSyntaxError, meta, nodes
 
-from innerguard.engine.decide import TEMPLATE_VARIABLES, template_environment
+from innerguard.engine.policy.vocabulary import TEMPLATE_VARIABLES, template_environment
 
 _ENV = template_environment()
 

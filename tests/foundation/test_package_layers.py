@@ -104,7 +104,7 @@ def test_the_packages_import_each_other_without_a_cycle():
 
 
 def test_the_policy_language_imports_no_layer_built_on_it():
-    built_on = {"innerguard.engine.lint", "innerguard.engine.compiler", "innerguard.engine.serve",
+    built_on = {"innerguard.engine.lint", "innerguard.engine.compiler", "innerguard.engine.decide", "innerguard.engine.serve",
                 "innerguard.engine.requests", "innerguard.engine.commands", "innerguard.engine.cli",
                 "innerguard.hooks", "innerguard.hooks.analyzers"}
     imported = _graph().get("innerguard.engine.policy", {})

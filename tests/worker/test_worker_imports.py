@@ -2,7 +2,8 @@
 
 vLLM loads ``innerguard.hooks`` inside its worker and EngineCore processes.
 From the engine side it may take only the contract (shared names and the
-compiled plan) and the decision semantics: never engine start-up, request
+compiled plan) and the decision semantics (with the language's vocabulary
+they evaluate in): never engine start-up, request
 preparation, the server or the audit trail, whose imports (and mistakes)
 would then run inside every vLLM worker.
 """
@@ -13,7 +14,9 @@ import subprocess
 import sys
 
 ALLOWED = {"innerguard", "innerguard.engine", "innerguard.engine.contract", "innerguard.engine.plan",
-           "innerguard.engine.decide", "innerguard.engine.errors", "innerguard.engine.logging"}
+           "innerguard.engine.decide", "innerguard.engine.errors", "innerguard.engine.logging",
+           # the words the decision semantics share with the language (actions, template sandbox)
+           "innerguard.engine.policy", "innerguard.engine.policy.vocabulary"}
 
 LIST_LOADED = """
 import importlib, json, pkgutil, sys
