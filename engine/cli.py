@@ -64,9 +64,24 @@ def main(argv: list[str] | None = None) -> int:
     except InnerguardError as exc:
         print(f"innerguard: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ModuleNotFoundError as exc:
+        install = _INSTALL_FOR.get((exc.name or "").split(".")[0])
+        if install is None:
+            raise
+        # The base install is the policy tooling; the runtime and the lab come with extras.
+        print(f"innerguard: error: innerguard {args.command} needs {exc.name}, which this install lacks ({install})",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("innerguard: interrupted", file=sys.stderr)
         return 130
+
+
+# A missing third-party module -> how to install it (the extras of pyproject.toml).
+_RUNTIME = "pip install 'innerguard[cpu]' on a CPU machine, 'innerguard[gpu]' with a GPU"
+_INSTALL_FOR = {**dict.fromkeys(("torch", "numpy", "safetensors", "transformers", "tqdm"), _RUNTIME),
+                "matplotlib": "pip install 'innerguard[lab]'",
+                "gguf": "pip install 'innerguard[convert]'", "accelerate": "pip install 'innerguard[convert]'"}
 
 
 if __name__ == "__main__":

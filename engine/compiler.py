@@ -21,8 +21,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
-from innerguard.engine.policy.vocabulary import ACTION_RANK
 from innerguard.engine.errors import InnerguardError
+from innerguard.engine.lint.artifacts import Header, read_floats, read_header, read_int_pairs
 from innerguard.engine.plan import (
     PLAN_VERSION,
     AnalyzerSpec,
@@ -33,6 +33,7 @@ from innerguard.engine.plan import (
     SteerSpec,
     VectorRef,
 )
+from innerguard.engine.policy.vocabulary import ACTION_RANK
 
 
 class CompileError(InnerguardError):
@@ -174,22 +175,32 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
 def _heads(heads, artifacts: dict[str, str]) -> list[tuple[int, int]]:
     if isinstance(heads, (list, tuple)):
         return sorted({(int(l), int(h)) for l, h in heads})
-    from safetensors import safe_open
-
     digest = sha256_file(heads.resolved)
     artifacts[digest] = heads.path
-    with safe_open(str(heads.resolved), framework="pt") as f:
-        table = f.get_tensor(heads.key or "heads")
-    return sorted({(int(l), int(h)) for l, h in table.tolist()})
+    pairs = read_int_pairs(_header(heads), heads.key or "heads")
+    if pairs is None:
+        raise InnerguardError(f"{heads.path}: its heads tensor is truncated", hint="rebuild it with innerguard build heads")
+    return sorted({(int(l), int(h)) for l, h in pairs})
 
 
 def _artifact_bias(ref) -> float:
     """A logistic probe's bias travels with its weights: the artifact's
     ``bias`` tensor (one value), or 0 when it has none."""
-    from safetensors import safe_open
+    header = _header(ref)
+    if "bias" not in header.tensors:
+        return 0.0
+    values = read_floats(header, "bias")
+    if not values:
+        raise InnerguardError(f"{ref.path}: its bias is not a float tensor", hint="rebuild the probe with innerguard build")
+    return float(values[0])
 
-    with safe_open(str(ref.resolved), framework="pt") as f:
-        return float(f.get_tensor("bias").reshape(-1)[0]) if "bias" in f.keys() else 0.0
+
+def _header(ref):
+    """The artifact's safetensors header (the linter has checked the file)."""
+    header = read_header(ref.resolved)
+    if not isinstance(header, Header):
+        raise InnerguardError(f"{ref.path}: {header[1]}", hint="run innerguard lint on the policy")
+    return header
 
 
 def _ranges(layers: Iterable[int]) -> str:

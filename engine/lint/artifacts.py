@@ -17,7 +17,8 @@ Convention for artifacts (documented in docs/policy-language.md#artifacts):
 Model names compare case-insensitively on their last path segment, so
 ``HuggingFaceTB/SmolLM2-135M-Instruct`` matches ``smollm2-135m-instruct``.
 Headers are parsed here (8-byte length + JSON), without loading tensors;
-only the small heads tensor is read, with ``struct``.
+only small tensors (a heads table, a probe's bias) are read, with ``struct``,
+so that linting and compiling need neither torch nor numpy.
 """
 from __future__ import annotations
 
@@ -127,6 +128,31 @@ def read_int_pairs(header: Header, key: str) -> list[tuple[int, int]] | None:
         return None
     values = struct.unpack(f"<{count}{fmt}", raw)
     return list(zip(values[0::2], values[1::2]))
+
+
+def read_floats(header: Header, key: str, limit: int = 1024) -> list[float] | None:
+    """A small float tensor's values, flattened (a probe's bias), or None when
+    it is not a float tensor of at most ``limit`` values or its bytes are short."""
+    info = header.tensors.get(key)
+    if info is None or info["dtype"] not in FLOAT_DTYPES:
+        return None
+    count = 1
+    for size in info["shape"]:
+        count *= int(size)
+    if count > limit:
+        return None
+    start, end = info["data_offsets"]
+    with open(header.path, "rb") as fh:
+        fh.seek(header.data_start + start)
+        raw = fh.read(end - start)
+    if info["dtype"] == "BF16":  # the high half of a float32
+        if len(raw) != 2 * count:
+            return None
+        return [struct.unpack("<f", b"\0\0" + raw[i:i + 2])[0] for i in range(0, len(raw), 2)]
+    fmt = {"F64": "d", "F32": "f", "F16": "e"}[info["dtype"]]
+    if len(raw) != struct.calcsize(f"<{count}{fmt}"):
+        return None
+    return list(struct.unpack(f"<{count}{fmt}", raw))
 
 
 class ArtifactChecker:
