@@ -16,19 +16,22 @@ from ..spans import chat_spans_many
 from .model import GuardRequest, PreparedRequest
 from .rerank import calibration, rerank_spans
 from .selection import select_policies
-from .spans import allowed_roles, policy_ranges, render
+from .spans import allowed_roles, check_unrendered, policy_ranges, render
 from .text_signals import text_signals
 
 
 def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False,
-            share_token_scores: bool = False, chat=None) -> PreparedRequest:
+            share_token_scores: bool = False, chat=None, token_ids: Sequence[int] | None = None) -> PreparedRequest:
     """``share_prefix_cache``: the workers read K of cached prompt positions
     back from vLLM's KV cache (install info ``reads_kv_cache``);
     ``share_token_scores``: and the token-probe scores of those positions
     (``reads_token_scores``). ``chat``: the request's messages already
-    resolved (see ``prepare_many``)."""
+    resolved (see ``prepare_many``). ``token_ids``: the prompt as the engine
+    already tokenized it (the server); a request no policy applies to is
+    then not rendered again, as it has no spans to resolve."""
     try:
-        return _prepare(plan, request, tokenizer, CacheSharing(share_prefix_cache, share_token_scores), chat)
+        return _prepare(plan, request, tokenizer, CacheSharing(share_prefix_cache, share_token_scores), chat,
+                        token_ids)
     except InnerguardError as exc:
         return PreparedRequest(request=request, error=str(exc), bundle_hash=plan.bundle_hash)
 
@@ -77,8 +80,15 @@ def cache_salt(policies, rerank: bool, sharing: CacheSharing, token_signals: fro
     return None, False
 
 
-def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing, chat=None) -> PreparedRequest:
+def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing, chat=None,
+             token_ids: Sequence[int] | None = None) -> PreparedRequest:
     policies = select_policies(plan, request)
+    if not policies and token_ids is not None:
+        # Rendering again would cost the server a second chat template and
+        # tokenizer pass per request (as much as vLLM's own) for spans no
+        # policy reads; what rendering refuses without the template is still refused.
+        check_unrendered(request, policies, allowed_roles(plan))
+        return PreparedRequest(request=request, prompt_token_ids=tuple(token_ids), bundle_hash=plan.bundle_hash)
     rendering = render(tokenizer, request, policies, chat, allowed_roles(plan))
     if not policies:
         return PreparedRequest(request=request, prompt_token_ids=rendering.input_ids, bundle_hash=plan.bundle_hash)

@@ -102,6 +102,24 @@ def render(tokenizer: Any, request: GuardRequest, policies: Sequence[PolicyProgr
         raise RequestError(str(exc)) from None
 
 
+def check_unrendered(request: GuardRequest, policies: Sequence[PolicyProgram],
+                     roles: Sequence[str] = span_lib.KNOWN_ROLES) -> None:
+    """What ``render`` refuses before it reaches the template or the
+    tokenizer (a role not accepted, content that is not text, a prompt that
+    is not a string, unbalanced markers), for a request that is not rendered."""
+    try:
+        if request.messages is not None:
+            span_lib.check_roles(request.messages, roles)
+            for i, message in enumerate(request.messages):
+                span_lib.text_content(message.get("content"), i, message.get("role"))
+            return
+        if not isinstance(request.prompt, str):
+            raise RequestError("'prompt' must be a string")
+        span_lib.strip_markers(request.prompt, marker_pairs(policies))
+    except span_lib.SpanError as exc:
+        raise RequestError(str(exc)) from None
+
+
 def policy_ranges(rendering: Rendering, spans: Mapping[str, Any]) -> tuple[Ranges, Ranges]:
     """(trusted, untrusted) token ranges of one policy, disjoint."""
     base = rendering.base

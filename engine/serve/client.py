@@ -101,13 +101,13 @@ class GuardedEngineClient:
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)
+        theirs = _token_ids(prompt)
         prepared = prepare(plan, request, self._guard.tokenizer, share_prefix_cache=self._guard.share_prefix_cache,
-                           share_token_scores=self._guard.share_token_scores)
-        if prepared.error is None and ctx.route == "chat":
+                           share_token_scores=self._guard.share_token_scores, token_ids=theirs)
+        if prepared.error is None and prepared.args is not None and ctx.route == "chat":
             # vLLM rendered the conversation; the spans are ours. They must
             # describe the very tokens the model reads.
-            theirs = _token_ids(prompt)
-            if theirs is not None and list(theirs) != list(prepared.prompt_token_ids):
+            if theirs is not None and theirs != list(prepared.prompt_token_ids):
                 return PreparedRequest(
                     request=request,
                     error="the chat template renders this conversation differently from innerguard's span "
