@@ -25,9 +25,10 @@ from typing import Any, Mapping, Sequence
 from innerguard.engine import models
 from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
+from innerguard.engine.errors import InnerguardError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan
-from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, prepare_many
+from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, invisible, prepare_many
 from innerguard.engine.verdicts import FINISH_BLOCKED, explain, refuse, undecided
 from innerguard.engine.vllm_engine import guarded_engine_kwargs, install_plan, start_llm
 
@@ -82,8 +83,13 @@ class GuardedLLM:
         audit_key_file: str | os.PathLike | None = None,
         audit_durability: str = "batch",
         cache_dir: str | os.PathLike | None = None,
+        invisible_characters: str = "strip",
         **engine_overrides: Any,
     ):
+        if invisible_characters not in invisible.MODES:
+            raise InnerguardError(f"invisible_characters must be one of {', '.join(invisible.MODES)}, "
+                                  f"not {invisible_characters!r}")
+        self.invisible_characters = invisible_characters  # what happens to text a reader cannot see (requests/invisible.py)
         self.model_dir = models.resolve(model, cache_dir)
         plan = policies if isinstance(policies, Plan) else self.compile(policies)
         kwargs = guarded_engine_kwargs(str(self.model_dir), overrides=engine_overrides)
@@ -151,6 +157,11 @@ class GuardedLLM:
                 except RequestError as exc:
                     bad_id = str(request.get("id", i)) if isinstance(request, Mapping) else str(i)
                     request = PreparedRequest(request=GuardRequest(id=bad_id, prompt=""), error=str(exc))
+            if isinstance(request, GuardRequest):
+                try:
+                    request = invisible.apply_to_request(request, self.invisible_characters)
+                except RequestError as exc:
+                    request = PreparedRequest(request=request, error=str(exc))
             parsed.append(request)
         prepared: list[PreparedRequest] = []
         outputs = self._generate(self._prepared_chunks(parsed, prepared), base, len(parsed), use_tqdm)

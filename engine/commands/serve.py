@@ -94,6 +94,10 @@ def build_parser():
     group.add_argument("--isolate-tenants", action="store_true",
                        help="give each tenant its own prefix cache (a secret per-tenant cache salt): "
                             "no tenant reuses, or can time, another's cached prompts")
+    group.add_argument("--invisible-characters", choices=("strip", "refuse", "keep"), default="strip",
+                       help="control, zero-width, bidirectional-override and other characters a reader cannot see, "
+                            "in messages and prompts: strip them before the model reads the request (default), "
+                            "refuse the request with a 400 that names the character, or keep them")
     group.add_argument("--watch-interval", type=float, default=2.0, metavar="SECONDS",
                        help="how often to look for policy changes (0: only SIGHUP and the reload endpoint)")
     group.add_argument("--cache-dir", help="innerguard's model cache folder")
@@ -138,6 +142,7 @@ def main(argv: list[str]) -> int:
         tenant_header=args.tenant_header,
         tags_header=args.tags_header,
         isolate_tenants=args.isolate_tenants,
+        invisible_characters=args.invisible_characters,
     )
     audit = None
     if args.audit_log:

@@ -30,6 +30,7 @@ class ServeOptions:
     tenant_header: str | None = None
     tags_header: str | None = None
     isolate_tenants: bool = False  # one prefix cache per tenant
+    invisible_characters: str = "strip"  # strip, refuse or keep (requests/invisible.py)
 
     def trusted_headers(self) -> tuple[str, ...]:
         """The request headers the guard believes (lower case): each must

@@ -12,7 +12,9 @@
   deeper than ``MAX_DEPTH``, a lone surrogate, and a malformed ``innerguard``
   field or ``vllm_xargs`` get a 400 that says what is wrong. The tenant and
   tags come from what the operator trusts (the API key's name, a header the
-  operator names), never from the body.
+  operator names), never from the body. Characters a reader cannot see are
+  stripped from the messages and prompt, or refused, before vLLM renders
+  them (``--invisible-characters``, requests/invisible.py).
 - The response gets a top-level ``innerguard`` object: in the JSON body, or
   on the first chunk of a stream.
 """
@@ -22,7 +24,7 @@ import json
 import time
 from typing import Any, Callable
 
-from ..requests import RequestError
+from ..requests import RequestError, invisible
 from ..requests.wire import client_options
 from . import context
 from .body_checks import TOO_DEEP, TOO_DEEP_HINT, json_problem
@@ -92,6 +94,11 @@ class GuardMiddleware:
         except RequestError as exc:
             return await _error(send, 400, str(exc))
         parsed.pop("innerguard", None)
+        try:
+            # Before vLLM renders the body: the model reads what the guard scores.
+            _visible_text(parsed, route, self.guard.options.invisible_characters)
+        except RequestError as exc:
+            return await _error(send, 400, str(exc))
         ctx = context.RequestContext(
             route=route,
             body=parsed,
@@ -133,6 +140,14 @@ async def _read_body(receive) -> tuple[bytes, bool]:
         if not message.get("more_body"):
             break
     return b"".join(chunks), False
+
+
+def _visible_text(body: dict, route: str, mode: str) -> None:
+    """The body's messages or prompt with the invisible characters handled as the operator chose."""
+    if route == "chat" and isinstance(body.get("messages"), list):
+        body["messages"] = invisible.apply_to_messages(body["messages"], mode)
+    elif route == "completions" and "prompt" in body:
+        body["prompt"] = invisible.apply_to_prompt(body["prompt"], mode)
 
 
 def _header_values(scope) -> dict[str, list[str]]:

@@ -59,3 +59,14 @@ def test_text_parts_are_scored_like_a_string(server):
     assert {p["policy"]: p["action"] for p in r.json()["innerguard"]["policies"]}["blocker"] == "block"
     allowed = post(server, chat(ALLOWED) | {"messages": [{"role": "user", "content": [{"type": "text", "text": ALLOWED}]}]})
     assert allowed.status_code == 200 and allowed.json()["innerguard"]["verdict"] == "allow", allowed.text
+
+
+def test_invisible_characters_are_stripped_before_the_model_reads_the_request(server):
+    # A NUL, a BOM, a right-to-left override and a zero-width space would each
+    # add tokens the model reads; stripped, the request reads as the clean one.
+    clean = post(server, conversation({"role": "user", "content": ALLOWED}, innerguard=BLOCKER))
+    dirty = post(server, conversation({"role": "user", "content": "\x00\ufeff\u202e" + ALLOWED.replace(" ", " \u200b", 1)},
+                                      innerguard=BLOCKER))
+    assert clean.status_code == dirty.status_code == 200, dirty.text
+    assert dirty.json()["usage"]["prompt_tokens"] == clean.json()["usage"]["prompt_tokens"]
+    assert dirty.json()["innerguard"]["verdict"] == clean.json()["innerguard"]["verdict"]
