@@ -22,3 +22,27 @@ INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
 # hooks/guard_points.py's custom ops. On a GPU they split vLLM's piecewise
 # CUDA graphs: the graph pieces replay, the points run between them.
 GUARD_POINT_OPS = ("innerguard::attention_point", "innerguard::layer_point")
+
+# The decoder families whose guard points, captures and analyzers are checked
+# against the Hugging Face reference (tests/runtime/test_model_families.py),
+# by the architecture name in config.json (vLLM's model class has the same
+# name). The engine side refuses others when it reads a model
+# (models.read_geometry), the worker's loader when vLLM loads one: a model
+# shaped differently would put the guard points on the wrong tensors.
+SUPPORTED_FAMILIES = {
+    "LlamaForCausalLM": "Llama 3.x/SmolLM2",
+    "MistralForCausalLM": "Mistral",
+    "Qwen2ForCausalLM": "Qwen2/Qwen2.5",
+    "Qwen3ForCausalLM": "Qwen3",
+    "GraniteForCausalLM": "Granite",
+    "Phi3ForCausalLM": "Phi-3",
+    "Gemma2ForCausalLM": "Gemma 2",
+    "Gemma3ForCausalLM": "Gemma 3",
+    "Qwen3MoeForCausalLM": "Qwen3-MoE",
+}
+
+
+def unsupported_family(architecture: str, where: str) -> str:
+    """The one-line refusal of a family outside ``SUPPORTED_FAMILIES``."""
+    supported = ", ".join(f"{family} ({arch})" for arch, family in SUPPORTED_FAMILIES.items())
+    return f"model family {architecture} is not supported by innerguard ({where}); supported families: {supported}"

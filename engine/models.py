@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from innerguard.engine.contract import SUPPORTED_FAMILIES, unsupported_family
 from innerguard.engine.errors import ModelError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import ModelGeometry
@@ -44,6 +45,35 @@ KNOWN_MODELS = {
         gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
     ),
 }
+
+
+ANALYZERS = ("attention_tracker", "reranker", "probe", "token_probe", "text")
+ATTENTION_ANALYZERS = ("attention_tracker", "reranker")
+# Families whose attention the attention analyzers do not reproduce: they
+# compute softmax(scale * q.k) over the whole prompt, and these families
+# soft-cap the logits or let some layers see only a sliding window.
+_NO_ATTENTION_ANALYZERS = {
+    "Gemma2ForCausalLM": "Gemma 2 soft-caps its attention logits and gives every other layer a sliding window",
+    "Gemma3ForCausalLM": "Gemma 3 gives most layers a sliding window",
+}
+
+
+def supported_analyzers(architecture: str) -> tuple[str, ...]:
+    """The analyzers (and the steer action's guard points) a family supports."""
+    if architecture not in SUPPORTED_FAMILIES:
+        return ()
+    if architecture in _NO_ATTENTION_ANALYZERS:
+        return tuple(a for a in ANALYZERS if a not in ATTENTION_ANALYZERS)
+    return ANALYZERS
+
+
+def attention_limit(architecture: str) -> str | None:
+    """Why the attention analyzers are off for this family (None: they are on)."""
+    return _NO_ATTENTION_ANALYZERS.get(architecture)
+
+
+def unsupported(architecture: str, where: str) -> ModelError:
+    return ModelError(unsupported_family(architecture, where))
 
 
 def cache_dir(override: str | os.PathLike | None = None) -> Path:
@@ -170,7 +200,7 @@ def resolve(model: str | os.PathLike, cache: str | os.PathLike | None = None) ->
     text = str(model)
     path = Path(text).expanduser()
     if path.is_dir():
-        read_geometry(path)
+        read_geometry(path, supported_only=False)  # a checkpoint; its family is checked where it is used
         return path
     if text in KNOWN_MODELS:
         return prepare(text, cache)
@@ -179,7 +209,9 @@ def resolve(model: str | os.PathLike, cache: str | os.PathLike | None = None) ->
     raise _unknown(text)
 
 
-def read_geometry(model_dir: str | os.PathLike) -> ModelGeometry:
+def read_geometry(model_dir: str | os.PathLike, *, supported_only: bool = True) -> ModelGeometry:
+    """The geometry of a checkpoint; an unsupported family is refused by name
+    unless ``supported_only`` is False (``innerguard models info``)."""
     model_dir = Path(model_dir)
     config_path = model_dir / "config.json"
     if not config_path.is_file():
@@ -206,6 +238,8 @@ def read_geometry(model_dir: str | os.PathLike) -> ModelGeometry:
         )
     except KeyError as exc:
         raise ModelError(f"{config_path} lacks {exc.args[0]!r}", hint="is this a decoder-only language model?") from None
+    if supported_only and geometry.architecture not in SUPPORTED_FAMILIES:
+        raise unsupported(geometry.architecture, str(model_dir))
     return geometry
 
 

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from . import steering_buffers
+from innerguard.hooks import steering_buffers
 
 ATTENTION, LAYER = "attention", "layer"
 _MARK = "_innerguard_guard_points"
@@ -92,7 +92,13 @@ def _attention_pre_hook(layer: int):
 
 def _layer_hook(layer: int):
     def point(module, args, output):
-        hidden, residual = output
+        if isinstance(output, torch.Tensor):
+            # Layers that add their residual themselves (Granite) return the
+            # whole stream; a zero residual keeps "stream = hidden + residual"
+            # true for every callback, and an expanded scalar allocates nothing.
+            hidden, residual = output, output.new_zeros(()).expand_as(output)
+        else:
+            hidden, residual = output
         torch.ops.innerguard.layer_point(hidden, residual, layer)
 
     return point

@@ -13,8 +13,8 @@ import dataclasses
 from vllm.model_executor.model_loader import get_model_loader, register_model_loader
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-from ..engine.contract import INNER_LOAD_FORMAT_KEY, LOAD_FORMAT
-from . import cached_graphs, guard_points, steering_buffers
+from innerguard.engine.contract import INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, SUPPORTED_FAMILIES, unsupported_family
+from innerguard.hooks import cached_graphs, guard_points, steering_buffers
 
 
 @register_model_loader(LOAD_FORMAT)
@@ -35,6 +35,10 @@ class GuardPointLoader(BaseModelLoader):
 
     def load_model(self, vllm_config, model_config, prefix: str = ""):
         model = self.inner.load_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+        # Engines started without innerguard's front door (``vllm serve
+        # --load-format innerguard``) meet the family check here.
+        if type(model).__name__ not in SUPPORTED_FAMILIES:
+            raise ValueError(unsupported_family(type(model).__name__, "engine start"))
         layers = getattr(getattr(model, "model", None), "layers", None)
         if layers is None:
             raise ValueError(f"innerguard cannot place its guard points on {type(model).__name__}: no model.layers")

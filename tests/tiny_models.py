@@ -33,6 +33,10 @@ class TinySpec:
     num_kv_heads: int = 2
     head_dim: int | None = None  # None: hidden_size // num_heads
     vocab_size: int = 512
+    # Family-specific config values (name, value), set away from their
+    # defaults so that a capture ignoring one of them shows.
+    extra: tuple = ()
+    random_norms: bool = False  # norm weights start at one (or zero for Gemma's 1 + w); make them matter
 
 
 TINY_SPECS = {
@@ -42,6 +46,31 @@ TINY_SPECS = {
     "qwen2": TinySpec("qwen2"),
     # head_dim (32) != hidden/heads (16): catches code that derives it.
     "llama_wide_heads": TinySpec("llama", head_dim=32),
+    # The decoder families of tests/runtime/test_model_families.py; head size
+    # 32, as llama_wide_heads, which vLLM's CPU attention takes.
+    "mistral": TinySpec("mistral", head_dim=32),
+    # QK-norm (RMSNorm over each head's q and k before RoPE), random weights.
+    "qwen3": TinySpec("qwen3", head_dim=32, random_norms=True),
+    # Granite scales embeddings, the residual branches, attention and logits.
+    "granite": TinySpec("granite", hidden_size=128, extra=(
+        ("embedding_multiplier", 3.0), ("residual_multiplier", 0.5),
+        ("attention_multiplier", 0.09), ("logits_scaling", 2.0))),
+    # Phi-3 fuses qkv and gate/up projections; its head size is hidden/heads.
+    "phi3": TinySpec("phi3", hidden_size=128),
+    # Gemma 2: attention logit soft-capping, sliding-window layers (even ones),
+    # query scaling by query_pre_attn_scalar, final logit soft-capping.
+    # vLLM's Gemma 2 always ties the output embedding to the input one.
+    "gemma2": TinySpec("gemma2", head_dim=32, random_norms=True, extra=(
+        ("tie_word_embeddings", True), ("query_pre_attn_scalar", 20), ("attn_logit_softcapping", 5.0),
+        ("final_logit_softcapping", 10.0), ("sliding_window", 8))),
+    # Gemma 3: QK-norm, query scaling, sliding-window layers with their own RoPE base.
+    "gemma3": TinySpec("gemma3", head_dim=32, random_norms=True, extra=(
+        ("query_pre_attn_scalar", 20), ("sliding_window", 8),
+        ("layer_types", ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]))),
+    # Mixture of experts: 4 experts, 2 per token, every layer sparse.
+    "qwen3_moe": TinySpec("qwen3_moe", head_dim=32, random_norms=True, extra=(
+        ("num_experts", 4), ("num_experts_per_tok", 2), ("moe_intermediate_size", 64),
+        ("decoder_sparse_step", 1), ("norm_topk_prob", True))),
 }
 
 
@@ -68,6 +97,25 @@ def _config(spec: TinySpec, vocab_size: int):
         return LlamaConfig(**common)
     if spec.architecture == "qwen2":
         return Qwen2Config(**common, use_sliding_window=False)
+    return _family_config(spec, common)
+
+
+def _family_config(spec: TinySpec, common: dict):
+    from transformers import (Gemma2Config, Gemma3TextConfig, GraniteConfig, MistralConfig, Phi3Config,
+                              Qwen3Config, Qwen3MoeConfig)
+
+    families = {
+        "mistral": (MistralConfig, {"sliding_window": None}),
+        "qwen3": (Qwen3Config, {"use_sliding_window": False}),
+        "granite": (GraniteConfig, {}),
+        "phi3": (Phi3Config, {"sliding_window": None}),
+        "gemma2": (Gemma2Config, {}),
+        "gemma3": (Gemma3TextConfig, {}),
+        "qwen3_moe": (Qwen3MoeConfig, {"use_sliding_window": False}),
+    }
+    if spec.architecture in families:
+        cls, defaults = families[spec.architecture]
+        return cls(**{**common, **defaults, **dict(spec.extra)})
     raise ValueError(f"unknown tiny architecture {spec.architecture!r}")
 
 
@@ -94,6 +142,8 @@ def build_tiny_model(name: str, out_dir: str | Path, tokenizer_dir: str | Path |
             for name_, param in model.named_parameters():
                 if name_.endswith(("q_proj.bias", "k_proj.bias", "v_proj.bias")):
                     param.normal_(0.0, 0.5)
+                elif spec.random_norms and name_.endswith("norm.weight"):
+                    param.add_(torch.empty_like(param).uniform_(-0.5, 0.5))
     finally:
         torch.random.set_rng_state(state)
     model.save_pretrained(out, safe_serialization=True)

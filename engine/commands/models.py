@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from innerguard.engine import models
+from innerguard.engine.contract import SUPPORTED_FAMILIES, unsupported_family
 
 
 def register(subparsers) -> None:
@@ -27,7 +28,7 @@ def register(subparsers) -> None:
     prepare.add_argument("--cache-dir", help=f"cache folder (default: env {models.CACHE_ENV}, else ~/.cache/innerguard/models)")
     prepare.set_defaults(func=_prepare)
 
-    info = sub.add_parser("info", help="print a model's geometry (layers, heads, hidden size)")
+    info = sub.add_parser("info", help="print a model's geometry (layers, heads, hidden size), family and supported analyzers")
     info.add_argument("model", help="a known model name or a checkpoint folder")
     info.add_argument("--cache-dir")
     info.set_defaults(func=_info)
@@ -39,7 +40,18 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    geometry = models.read_geometry(models.resolve(args.model, args.cache_dir))
+    geometry = models.read_geometry(models.resolve(args.model, args.cache_dir), supported_only=False)
     for key, value in geometry.__dict__.items():
         print(f"{key}: {value}")
+    family = SUPPORTED_FAMILIES.get(geometry.architecture)
+    if family is None:
+        print(f"family: {unsupported_family(geometry.architecture, 'this checkpoint')}")
+        print("analyzers: none")
+        return 0
+    print(f"family: {family}")
+    print(f"analyzers: {', '.join(models.supported_analyzers(geometry.architecture))}")
+    limit = models.attention_limit(geometry.architecture)
+    if limit:
+        print(f"not supported: {', '.join(models.ATTENTION_ANALYZERS)} ({limit})")
+    print("steering: supported")
     return 0

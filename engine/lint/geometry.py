@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+from innerguard.engine import models
 from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.plan import ModelGeometry
 from innerguard.engine.policy.diagnostics import Finding
@@ -13,8 +14,12 @@ from innerguard.engine.policy.yamlsafe import Marks
 
 def check_geometry(policy: Policy, marks: Marks, g: ModelGeometry) -> list[Finding]:
     out: list[Finding] = []
+    limit = models.attention_limit(g.architecture)
     for s in policy.signals:
         path = ("signals", s.name)
+        if limit and s.analyzer in models.ATTENTION_ANALYZERS:
+            out.append(make("IG604", f"signal {s.name!r}: analyzer {s.analyzer} is not supported on {g.architecture} ({limit}); supported here: {', '.join(models.supported_analyzers(g.architecture))}", marks.at(path + ("analyzer",))))
+            continue
         heads = getattr(s, "heads", None)
         if isinstance(heads, tuple):
             for i, (layer, head) in enumerate(heads):
