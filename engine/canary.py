@@ -26,8 +26,8 @@ import math
 import uuid
 from typing import Any
 
-from .plan import Plan
-from .requests import GuardRequest, prepare
+from innerguard.engine.plan import Plan
+from innerguard.engine.requests import GuardRequest, prepare
 
 INSTRUCTION = "Summarise the message in one sentence."
 MESSAGE = ("Hi Sam, the quarterly figures are attached. Revenue rose four percent, mostly in Europe, "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 
 def json_object(line: str, where: str, error: type[InnerguardError]) -> dict[str, Any]:

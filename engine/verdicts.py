@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .decide import ERROR_BLOCK_MESSAGE
-from .requests import PreparedRequest
-from .spans import CLOSE_MARKER, OPEN_MARKER, TRUSTED_ROLES
+from innerguard.engine.decide import ERROR_BLOCK_MESSAGE
+from innerguard.engine.requests import PreparedRequest
+from innerguard.engine.spans import CLOSE_MARKER, OPEN_MARKER, TRUSTED_ROLES
 
 FINISH_BLOCKED = "content_filter"
 REFUSAL = "This request was blocked by policy."

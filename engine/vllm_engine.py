@@ -20,7 +20,7 @@ from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan, encode_request_args
 
-from . import canary
+from innerguard.engine import canary
 
 log = get_logger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from .analyzers import reranker
-from .analyzers.attention import HeadGeometry
+from innerguard.hooks.analyzers import reranker
+from innerguard.hooks.analyzers.attention import HeadGeometry
 
 MAX_PENDING = 256  # calibrations whose request has not arrived yet
 DEFAULT_TTL_S = 300.0

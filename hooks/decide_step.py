@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from .signals import read_signals
-from .tensor_parallel import combine
+from innerguard.hooks.signals import read_signals
+from innerguard.hooks.tensor_parallel import combine
 
 COMPUTED = ("attention_tracker", "probe", "token_probe")  # the signals the worker computes, combined across ranks
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from ..engine.decide import Evaluator, SignalError
+from innerguard.engine.decide import Evaluator, SignalError
 
 _evaluators: dict[tuple[int, ...], Evaluator] = {}
 

@@ -20,16 +20,16 @@ from typing import Any
 
 import numpy as np
 
-from . import kv_cache, steering_buffers
-from .calibration import CalibrationStore
-from .capture import Captures
-from .decide_step import failed_decision
-from .request_args import BadArguments, check_positions, read_args
-from .results import ResultStore
-from .runner_view import RowSpan, StepEvents
-from .steer import ActiveSteer, steer_rows
-from .token_score_cache import CachedScoresMissing, PromptScores
-from .verdicts import attach
+from innerguard.hooks import kv_cache, steering_buffers
+from innerguard.hooks.calibration import CalibrationStore
+from innerguard.hooks.capture import Captures
+from innerguard.hooks.decide_step import failed_decision
+from innerguard.hooks.request_args import BadArguments, check_positions, read_args
+from innerguard.hooks.results import ResultStore
+from innerguard.hooks.runner_view import RowSpan, StepEvents
+from innerguard.hooks.steer import ActiveSteer, steer_rows
+from innerguard.hooks.token_score_cache import CachedScoresMissing, PromptScores
+from innerguard.hooks.verdicts import attach
 
 log = logging.getLogger("innerguard")
 

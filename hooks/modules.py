@@ -7,8 +7,8 @@ from typing import Callable
 
 import torch.nn as nn
 
-from . import guard_points
-from .tensor_parallel import Shard
+from innerguard.hooks import guard_points
+from innerguard.hooks.tensor_parallel import Shard
 
 
 class UnsupportedModelError(RuntimeError):

@@ -13,6 +13,6 @@ logger = logging.getLogger("innerguard")
 
 
 def register() -> None:
-    from . import model_loader, worker_extension  # noqa: F401  (registers; fails at start if broken)
+    from innerguard.hooks import model_loader, worker_extension  # noqa: F401  (registers; fails at start if broken)
 
     logger.debug("innerguard vLLM plugin loaded")

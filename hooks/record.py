@@ -40,9 +40,9 @@ from typing import Any
 import torch
 from safetensors.torch import save as save_tensors
 
-from .modules import ModelModules
-from .tensor_parallel import current_shard
-from .runner_view import reader_for
+from innerguard.hooks.modules import ModelModules
+from innerguard.hooks.tensor_parallel import current_shard
+from innerguard.hooks.runner_view import reader_for
 
 RECORD_KEY = "innerguard_record"  # SamplingParams.extra_args key: the caller's record id
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from ..engine.contract import REQUEST_KEY
+from innerguard.engine.contract import REQUEST_KEY
 
 MAX_CHARS = 1 << 22  # far above any real request's arguments
 MAX_ITEMS = 4096  # policies, spans, documents...

@@ -24,12 +24,12 @@ from typing import Any, Callable
 
 import torch
 
-from ..engine.plan import Plan, SteerSpec
-from .capture import qk_hook, residual_hook, token_probe_hook
-from .decide_step import decide_hook, fail_closed
-from .modules import ModelModules
-from . import steering_buffers
-from .steer import steer_hook
+from innerguard.engine.plan import Plan, SteerSpec
+from innerguard.hooks.capture import qk_hook, residual_hook, token_probe_hook
+from innerguard.hooks.decide_step import decide_hook, fail_closed
+from innerguard.hooks.modules import ModelModules
+from innerguard.hooks import steering_buffers
+from innerguard.hooks.steer import steer_hook
 
 ALWAYS = {"op": "const", "value": True}  # a rule's condition when it has no `when`
 MAX_LOGGED_FAILURES = 10  # per hook: a broken hook must not flood the log

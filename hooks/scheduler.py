@@ -23,8 +23,8 @@ import copy
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from .token_score_cache import ScoredBlocks
-from .verdicts import blocked_in, scored_in
+from innerguard.hooks.token_score_cache import ScoredBlocks
+from innerguard.hooks.verdicts import blocked_in, scored_in
 
 
 class InnerguardScheduler(Scheduler):

@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
-from .analyzers import attention_tracker, probe, reranker, token_probe
-from .calibration import geometry_of, query_token_attention
+from innerguard.hooks.analyzers import attention_tracker, probe, reranker, token_probe
+from innerguard.hooks.calibration import geometry_of, query_token_attention
 
 Signals = tuple[dict[str, Any], dict[str, str]]  # (values by signal name, errors by signal name)
 

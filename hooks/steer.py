@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..engine.plan import SteerSpec
-from .analyzers.steering import steering_delta
+from innerguard.engine.plan import SteerSpec
+from innerguard.hooks.analyzers.steering import steering_delta
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Sequence
 
 import torch
 
-from .analyzers.attention import HeadGeometry
+from innerguard.hooks.analyzers.attention import HeadGeometry
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from safetensors import safe_open
 
-from ..engine.plan import Plan
+from innerguard.engine.plan import Plan
 
 
 def load_vectors(plan: Plan, hidden_size: int, device="cpu") -> dict[str, torch.Tensor]:

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.contract import GUARD_POINT_OPS, SCHEDULER
-from ..engine.plan import Plan
-from . import cached_graphs
-from .decisions import decide
-from .lifecycle import Lifecycle
-from .modules import ModelModules
-from .record import RecordMixin
-from .runner_view import reader_for, watch_steps
-from .runtime import GuardRuntime
-from .signals import start_signals
-from .tensor_parallel import current_shard
-from .vectors import load_vectors
+from innerguard.engine.contract import GUARD_POINT_OPS, SCHEDULER
+from innerguard.engine.plan import Plan
+from innerguard.hooks import cached_graphs
+from innerguard.hooks.decisions import decide
+from innerguard.hooks.lifecycle import Lifecycle
+from innerguard.hooks.modules import ModelModules
+from innerguard.hooks.record import RecordMixin
+from innerguard.hooks.runner_view import reader_for, watch_steps
+from innerguard.hooks.runtime import GuardRuntime
+from innerguard.hooks.signals import start_signals
+from innerguard.hooks.tensor_parallel import current_shard
+from innerguard.hooks.vectors import load_vectors
 
 
 class UnsupportedEngineError(RuntimeError):

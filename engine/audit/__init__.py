@@ -8,10 +8,10 @@ decision, written off the hot path, with tools to verify, query and report.
 
 See docs/audit.md.
 """
-from .chain import GENESIS, KEY_ENV, load_key
-from .records import SCHEMA_VERSION, RecordBuilder, RequestInfo, parse_traceparent, rfc3339
-from .verify import Problem, Report, verify
-from .writer import Ack, AuditLog, AuditWriteError
+from innerguard.engine.audit.chain import GENESIS, KEY_ENV, load_key
+from innerguard.engine.audit.records import SCHEMA_VERSION, RecordBuilder, RequestInfo, parse_traceparent, rfc3339
+from innerguard.engine.audit.verify import Problem, Report, verify
+from innerguard.engine.audit.writer import Ack, AuditLog, AuditWriteError
 
 __all__ = [
     "Ack", "AuditLog", "AuditWriteError", "GENESIS", "KEY_ENV", "Problem", "RecordBuilder", "Report",

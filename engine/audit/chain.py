@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 GENESIS = "0" * 64
 KEY_ENV = "INNERGUARD_AUDIT_KEY"

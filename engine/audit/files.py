@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 SUFFIX = ".jsonl"
 MAX_STREAMS = 1024

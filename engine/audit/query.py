@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Iterator
 
-from ..errors import InnerguardError
-from . import files
-from .records import from_rfc3339
-from .verify import read_lines
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.audit import files
+from innerguard.engine.audit.records import from_rfc3339
+from innerguard.engine.audit.verify import read_lines
 
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

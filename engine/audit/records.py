@@ -18,9 +18,9 @@ from datetime import datetime
 from importlib import metadata
 from typing import Any, Collection, Mapping, Sequence
 
-from . import evidence
-from .chain import content_key, text_digest
-from .redact import Redactor
+from innerguard.engine.audit import evidence
+from innerguard.engine.audit.chain import content_key, text_digest
+from innerguard.engine.audit.redact import Redactor
 
 SCHEMA_VERSION = "innerguard.audit/v1"
 

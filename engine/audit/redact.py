@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Sequence
 
-from ..errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 OPS = ("remove", "hash", "upsert")
 

@@ -16,10 +16,10 @@ from typing import Any, Iterable
 
 import jinja2
 
-from . import charts
-from .evidence import statistic
-from .query import Filter, epoch, evidence, read
-from .verify import Report, verify
+from innerguard.engine.audit import charts
+from innerguard.engine.audit.evidence import statistic
+from innerguard.engine.audit.query import Filter, epoch, evidence, read
+from innerguard.engine.audit.verify import Report, verify
 
 ACTIONS = ("block", "steer", "drop_documents", "rerank", "flag", "allow", "error")
 MAX_BLOCKED_ROWS = 500

@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from . import chain, files
+from innerguard.engine.audit import chain, files
 
 OK, BROKEN, UNREADABLE = 0, 1, 2
 

@@ -26,10 +26,10 @@ import time
 import weakref
 from typing import Any, Collection, Mapping, Sequence
 
-from ..errors import InnerguardError
-from ..logging import get_logger
-from . import chain, files
-from .records import SCHEMA_VERSION, RecordBuilder, RequestInfo, from_rfc3339, rfc3339
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.logging import get_logger
+from innerguard.engine.audit import chain, files
+from innerguard.engine.audit.records import SCHEMA_VERSION, RecordBuilder, RequestInfo, from_rfc3339, rfc3339
 
 log = get_logger(__name__)
 

@@ -10,13 +10,13 @@ each build returns a ``Built`` (tensors, metadata, report lines, figures)
 and ``save`` writes it with its recipe. ``reproduce`` re-runs a recorded
 recipe and compares. CLI: ``innerguard build --help``.
 """
-from .data import BuildDataError
-from .heads import HeadsParams, build_heads
-from .probe import ProbeParams, build_probe
-from .recipe import Built, Saved, save
-from .token_probe import TokenProbeParams, build_token_probe
-from .reproduce import Comparison, ReproduceError, compare, read_recipe, rebuild, reproduce
-from .vector import SweepParams, VectorParams, build_vector, sweep
+from innerguard.engine.build.data import BuildDataError
+from innerguard.engine.build.heads import HeadsParams, build_heads
+from innerguard.engine.build.probe import ProbeParams, build_probe
+from innerguard.engine.build.recipe import Built, Saved, save
+from innerguard.engine.build.token_probe import TokenProbeParams, build_token_probe
+from innerguard.engine.build.reproduce import Comparison, ReproduceError, compare, read_recipe, rebuild, reproduce
+from innerguard.engine.build.vector import SweepParams, VectorParams, build_vector, sweep
 
 __all__ = [
     "BuildDataError", "Built", "Comparison", "HeadsParams", "ProbeParams", "ReproduceError", "Saved", "SweepParams",

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 FORMAT = "innerguard.artifact/v1"
 DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",

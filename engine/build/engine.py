@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import models
+from innerguard.engine import models
 
 
 def model_dir_of(target: Any) -> Path:
@@ -29,7 +29,7 @@ def recording_engine(model: str | os.PathLike, cache_dir: str | os.PathLike | No
     """A vLLM engine with innerguard's worker extension (the recorder), eager,
     started with the guarded engine's arguments; no plan is installed, so
     no request is guarded."""
-    from ..vllm_engine import guarded_engine_kwargs, start_llm
+    from innerguard.engine.vllm_engine import guarded_engine_kwargs, start_llm
 
     llm = start_llm(**guarded_engine_kwargs(str(models.resolve(model, cache_dir)), eager=True))
     try:
@@ -41,7 +41,7 @@ def recording_engine(model: str | os.PathLike, cache_dir: str | os.PathLike | No
 @contextlib.contextmanager
 def guarded_engine(model: str | os.PathLike, policies, cache_dir: str | os.PathLike | None = None) -> Iterator[Any]:
     """A guarded engine, eager so that it records as well as it steers."""
-    from ..guarded import GuardedLLM
+    from innerguard.engine.guarded import GuardedLLM
 
     llm = GuardedLLM(model, policies, cache_dir=cache_dir, enforce_eager=True)
     try:

@@ -25,10 +25,10 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from ...hooks.analyzers import head_focus
-from ..capture import CaptureSpec, capture
-from ..errors import InnerguardError
-from ..plan import ModelGeometry
+from innerguard.hooks.analyzers import head_focus
+from innerguard.engine.capture import CaptureSpec, capture
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import ModelGeometry
 
 TRUSTED_ROLES = ("system", "developer")  # the instruction; every other role but assistant is data
 NEUTRAL_ROLES = ("assistant",)

@@ -21,8 +21,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import artifact
-from ..errors import InnerguardError
+from innerguard.engine.build import artifact
+from innerguard.engine.errors import InnerguardError
 
 POLICY = """\
 # yaml-language-server: $schema=../schemas/policy.schema.json

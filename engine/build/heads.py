@@ -28,12 +28,12 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import data as data_lib
-from . import features, fit
-from .engine import model_dir_of
-from .recipe import Built, Params, model_metadata
-from .. import models
-from ..evaluate.metrics import auroc
+from innerguard.engine.build import data as data_lib
+from innerguard.engine.build import features, fit
+from innerguard.engine.build.engine import model_dir_of
+from innerguard.engine.build.recipe import Built, Params, model_metadata
+from innerguard.engine import models
+from innerguard.engine.evaluate.metrics import auroc
 
 PROTOCOL_FILE = Path(__file__).resolve().parent / "protocols" / "attention-tracker.json"
 BUILTIN = "innerguard:engine/build/protocols/attention-tracker.json"  # how the recipe names the built-in file

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from . import artifact
-from .. import models
+from innerguard.engine.build import artifact
+from innerguard.engine import models
 
 
 @dataclass

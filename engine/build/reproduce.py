@@ -20,14 +20,14 @@ from typing import Callable
 
 import torch
 
-from . import artifact
-from .heads import BUILTIN, PROTOCOL_FILE, HeadsParams, build_heads
-from .probe import ProbeParams, build_probe
-from .recipe import Built, Params, save
-from .token_probe import TokenProbeParams, build_token_probe
-from .vector import VectorParams, build_vector
-from .. import models
-from ..errors import InnerguardError
+from innerguard.engine.build import artifact
+from innerguard.engine.build.heads import BUILTIN, PROTOCOL_FILE, HeadsParams, build_heads
+from innerguard.engine.build.probe import ProbeParams, build_probe
+from innerguard.engine.build.recipe import Built, Params, save
+from innerguard.engine.build.token_probe import TokenProbeParams, build_token_probe
+from innerguard.engine.build.vector import VectorParams, build_vector
+from innerguard.engine import models
+from innerguard.engine.errors import InnerguardError
 
 BUILDS: dict[str, tuple[type[Params], Callable[..., Built]]] = {
     "heads": (HeadsParams, build_heads),
@@ -181,7 +181,7 @@ def _recorded_out(metadata: dict[str, str]) -> str | None:
 
 
 def _model_dir(target) -> Path:
-    from .engine import model_dir_of
+    from innerguard.engine.build.engine import model_dir_of
 
     return model_dir_of(target)
 

@@ -39,14 +39,14 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from . import data as data_lib
-from . import features, fit
-from .engine import model_dir_of
-from .recipe import Built, Params, model_metadata
-from .. import models
-from ..evaluate.metrics import auroc, threshold_for_fpr, tpr_at_fpr
-from ..spans import chat_spans, token_ranges
-from ...hooks.analyzers.token_probe import window_max
+from innerguard.engine.build import data as data_lib
+from innerguard.engine.build import features, fit
+from innerguard.engine.build.engine import model_dir_of
+from innerguard.engine.build.recipe import Built, Params, model_metadata
+from innerguard.engine import models
+from innerguard.engine.evaluate.metrics import auroc, threshold_for_fpr, tpr_at_fpr
+from innerguard.engine.spans import chat_spans, token_ranges
+from innerguard.hooks.analyzers.token_probe import window_max
 
 
 FPR_UNITS = ("row", "text")

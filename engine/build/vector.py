@@ -26,12 +26,12 @@ from typing import Any, ClassVar, Sequence
 
 import torch
 
-from . import data as data_lib
-from . import features, fluency
-from .engine import model_dir_of
-from .fit import one_thread
-from .recipe import Built, Params, model_metadata
-from .. import models
+from innerguard.engine.build import data as data_lib
+from innerguard.engine.build import features, fluency
+from innerguard.engine.build.engine import model_dir_of
+from innerguard.engine.build.fit import one_thread
+from innerguard.engine.build.recipe import Built, Params, model_metadata
+from innerguard.engine import models
 
 
 @dataclass

@@ -87,8 +87,8 @@ def configs(num_layers: int, quick: bool) -> list[Config]:
 
 def make_rows(tokenizer, target: int, n: int, offset: int = 0) -> list[dict[str, Any]]:
     """``n`` distinct instruction/data rows whose chat rendering is about ``target`` tokens."""
-    from ..requests import GuardRequest
-    from ..requests.spans import render
+    from innerguard.engine.requests import GuardRequest
+    from innerguard.engine.requests.spans import render
 
     rows = []
     for i in range(n):
@@ -115,13 +115,13 @@ def run_grid(model: str, *, lengths=(16, 64, 256, 512), requests: int = 8, max_t
              quick: bool = False, work: str | None = None, log: Callable[[str], None] = print) -> dict[str, Any]:
     from vllm import SamplingParams
 
-    from .. import models
-    from ..guarded import GuardedLLM
-    from ..requests import GuardRequest
-    from ..requests.spans import render
-    from ..vllm_engine import start_llm
-    from .run import Limits, capture_to_disk, engine_kwargs
-    from .spec import CaptureSpec
+    from innerguard.engine import models
+    from innerguard.engine.guarded import GuardedLLM
+    from innerguard.engine.requests import GuardRequest
+    from innerguard.engine.requests.spans import render
+    from innerguard.engine.vllm_engine import start_llm
+    from innerguard.engine.capture.run import Limits, capture_to_disk, engine_kwargs
+    from innerguard.engine.capture.spec import CaptureSpec
 
     model_dir = models.resolve(model)
     geometry = models.read_geometry(model_dir)

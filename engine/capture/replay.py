@@ -24,12 +24,12 @@ from typing import Any, Sequence
 
 import torch
 
-from .. import models
-from ..compiler import compile_policies
-from ..errors import InnerguardError
-from ..plan import Plan
-from ..requests import GuardRequest, RequestError, prepare
-from .store import CaptureResult, CaptureSet, prompt_digest
+from innerguard.engine import models
+from innerguard.engine.compiler import compile_policies
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import Plan
+from innerguard.engine.requests import GuardRequest, RequestError, prepare
+from innerguard.engine.capture.store import CaptureResult, CaptureSet, prompt_digest
 
 
 class ReplayError(InnerguardError):
@@ -170,7 +170,7 @@ class _State:
 
 class _Modules:
     def __init__(self, scales: dict[str, Any]):
-        from ...hooks.tensor_parallel import Shard
+        from innerguard.hooks.tensor_parallel import Shard
 
         self.scales = scales
         self.shard = Shard()  # a capture holds every head
@@ -188,8 +188,8 @@ def replay(policies: str | os.PathLike | Sequence[str | os.PathLike] | Plan, cap
            allow_mismatch: bool = False) -> ReplayReport:
     from transformers import AutoTokenizer
 
-    from ...hooks.decisions import decide
-    from ...hooks.signals import compute_signals
+    from innerguard.hooks.decisions import decide
+    from innerguard.hooks.signals import compute_signals
 
     store = captures if isinstance(captures, CaptureSet) else CaptureSet(captures)
     manifest = store.manifest
@@ -213,7 +213,7 @@ def replay(policies: str | os.PathLike | Sequence[str | os.PathLike] | Plan, cap
     if manifest.get("dtype") != "float32":
         warnings.append(f"captures are {manifest.get('dtype')}: signals are approximate (the engine computes in float32)")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    from ...hooks.vectors import load_vectors
+    from innerguard.hooks.vectors import load_vectors
 
     try:
         vectors = load_vectors(plan, geometry.hidden_size)
@@ -260,7 +260,7 @@ def _replay_one(i, entry, row, store, plan, tokenizer, geometry, analyzers, vect
 
 def audit_verdicts(paths: Sequence[str | os.PathLike]) -> dict[str, dict[str, Any]]:
     """request_id -> {"action", "signals"} from an audit log's decision records (the last record wins)."""
-    from ..audit.query import read
+    from innerguard.engine.audit.query import read
 
     found: dict[str, dict[str, Any]] = {}
     for located in read(paths):

@@ -41,16 +41,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from .. import models
-from ..errors import InnerguardError
-from ..logging import get_logger
-from ..requests import GuardRequest, RequestError, select_policies
-from ..requests.spans import render
-from ..contract import EXTENSION, LOAD_FORMAT
-from ..vllm_engine import engine_kwargs as base_engine_kwargs
-from ..vllm_engine import start_llm
-from .spec import CaptureSpec
-from .store import FORMAT, MANIFEST, REQUESTS, CaptureResult, CaptureSet, prompt_digest, result_from, write_json_atomic
+from innerguard.engine import models
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.logging import get_logger
+from innerguard.engine.requests import GuardRequest, RequestError, select_policies
+from innerguard.engine.requests.spans import render
+from innerguard.engine.contract import EXTENSION, LOAD_FORMAT
+from innerguard.engine.vllm_engine import engine_kwargs as base_engine_kwargs
+from innerguard.engine.vllm_engine import start_llm
+from innerguard.engine.capture.spec import CaptureSpec
+from innerguard.engine.capture.store import FORMAT, MANIFEST, REQUESTS, CaptureResult, CaptureSet, prompt_digest, result_from, write_json_atomic
 
 log = get_logger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Literal, Sequence
 
-from ..errors import InnerguardError
-from ..plan import ModelGeometry
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import ModelGeometry
 
 Mode = Literal["last_token", "all_tokens"]
 DTYPES = ("float32", "float16", "bfloat16")

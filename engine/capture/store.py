@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ..errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 FORMAT = "innerguard.capture/v1"
 MANIFEST = "manifest.json"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from importlib.resources import files
 
-from .engine_options import add_enforce_eager
+from innerguard.engine.commands.engine_options import add_enforce_eager
 
 INSTRUCTION = "Summarise the following customer review in one sentence."
 BENIGN = (

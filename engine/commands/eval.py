@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from innerguard.engine.errors import InnerguardError
-from .engine_options import add_enforce_eager
+from innerguard.engine.commands.engine_options import add_enforce_eager
 
 
 def register(subparsers) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.logging import get_logger
-from .engine_options import add_enforce_eager
+from innerguard.engine.commands.engine_options import add_enforce_eager
 
 log = get_logger(__name__)
 

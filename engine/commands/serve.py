@@ -11,9 +11,9 @@ from pathlib import Path
 
 import yaml
 
-from .. import models
-from ..errors import InnerguardError
-from ..logging import get_logger
+from innerguard.engine import models
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.logging import get_logger
 
 DESCRIPTION = """\
 Serve a model through vLLM's own OpenAI-compatible server (/v1/chat/completions,
@@ -60,7 +60,7 @@ def register(subparsers) -> None:
 
 
 def build_parser():
-    from ..serve import vllm_compat
+    from innerguard.engine.serve import vllm_compat
 
     parser = vllm_compat.flexible_argument_parser(prog="innerguard serve", description=DESCRIPTION, epilog=EPILOG,
                                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,11 +107,11 @@ def build_parser():
 def main(argv: list[str]) -> int:
     import uvloop
 
-    from ..serve import vllm_compat
-    from ..serve.app import serve
-    from ..serve.guard import ServeOptions
-    from ..serve.engine_args import apply_guarded_defaults
-    from ..vllm_engine import import_vllm
+    from innerguard.engine.serve import vllm_compat
+    from innerguard.engine.serve.app import serve
+    from innerguard.engine.serve.guard import ServeOptions
+    from innerguard.engine.serve.engine_args import apply_guarded_defaults
+    from innerguard.engine.vllm_engine import import_vllm
 
     import_vllm()
     parser = build_parser()
@@ -146,7 +146,7 @@ def main(argv: list[str]) -> int:
     )
     audit = None
     if args.audit_log:
-        from ..serve.audit_sink import open_audit
+        from innerguard.engine.serve.audit_sink import open_audit
 
         audit = open_audit(args.audit_log, key_file=args.audit_key_file, durability=args.audit_durability,
                            model_name=name)

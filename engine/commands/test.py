@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from .engine_options import add_enforce_eager
+from innerguard.engine.commands.engine_options import add_enforce_eager
 
 
 def register(subparsers) -> None:

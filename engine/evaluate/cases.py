@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import InnerguardError
-from ..policy.yamlsafe import load_document
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.policy.yamlsafe import load_document
 
 ACTIONS = ("allow", "flag", "rerank", "drop_documents", "steer", "block", "not-selected")
 CASE_KEYS = {"name", "instruction", "data", "messages", "expect", "tags", "tenant", "route"}

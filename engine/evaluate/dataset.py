@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InnerguardError
-from ..jsonl import json_object
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.jsonl import json_object
 
 
 class DataError(InnerguardError):

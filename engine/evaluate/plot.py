@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
-from .metrics import oriented, roc_curve
-from .report import RowResult
+from innerguard.engine.evaluate.metrics import oriented, roc_curve
+from innerguard.engine.evaluate.report import RowResult
 
 
 def write_plot(path: str | Path, results: Sequence[RowResult], report: dict[str, Any]) -> None:

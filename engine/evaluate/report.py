@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from .metrics import Confusion, auroc, oriented, threshold_for_fpr, tpr_at_fpr
-from .score import Score
+from innerguard.engine.evaluate.metrics import Confusion, auroc, oriented, threshold_for_fpr, tpr_at_fpr
+from innerguard.engine.evaluate.score import Score
 
 FPR_POINTS = (0.01, 0.05)
 LENGTH_EDGES = (128, 256, 512)  # prompt tokens

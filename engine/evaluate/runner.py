@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .dataset import LabelledRow
-from .report import RowResult
-from .score import Score
+from innerguard.engine.evaluate.dataset import LabelledRow
+from innerguard.engine.evaluate.report import RowResult
+from innerguard.engine.evaluate.score import Score
 
 
 def run_rows(llm, rows: Sequence[LabelledRow], score: Score, *, progress: bool = True) -> list[RowResult]:

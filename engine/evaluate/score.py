@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
-from ..errors import InnerguardError
-from ..plan import Plan, PolicyProgram
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import Plan, PolicyProgram
 
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..errors import InnerguardError
-from ..plan import PolicyProgram, encode_request_args
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import PolicyProgram, encode_request_args
 
 
 class RequestError(InnerguardError):

@@ -10,14 +10,14 @@ import json
 import uuid
 from typing import NamedTuple, Sequence
 
-from ..errors import InnerguardError
-from ..plan import Plan
-from ..spans import chat_spans_many
-from .model import GuardRequest, PreparedRequest
-from .rerank import calibration, rerank_spans
-from .selection import select_policies
-from .spans import allowed_roles, check_unrendered, policy_ranges, render
-from .text_signals import text_signals
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.plan import Plan
+from innerguard.engine.spans import chat_spans_many
+from innerguard.engine.requests.model import GuardRequest, PreparedRequest
+from innerguard.engine.requests.rerank import calibration, rerank_spans
+from innerguard.engine.requests.selection import select_policies
+from innerguard.engine.requests.spans import allowed_roles, check_unrendered, policy_ranges, render
+from innerguard.engine.requests.text_signals import text_signals
 
 
 def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False,

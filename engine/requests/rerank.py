@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..plan import Plan, PolicyProgram, encode_request_args
-from .model import Calibration, RequestError
-from .spans import Rendering
+from innerguard.engine.plan import Plan, PolicyProgram, encode_request_args
+from innerguard.engine.requests.model import Calibration, RequestError
+from innerguard.engine.requests.spans import Rendering
 
 CONTENT_FREE_QUERY = "N/A"
 

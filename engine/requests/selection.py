@@ -2,9 +2,9 @@
 client adds by name. A client can add, never remove."""
 from __future__ import annotations
 
-from ..decide import selector_matches
-from ..plan import Plan, PolicyProgram
-from .model import GuardRequest, RequestError
+from innerguard.engine.decide import selector_matches
+from innerguard.engine.plan import Plan, PolicyProgram
+from innerguard.engine.requests.model import GuardRequest, RequestError
 
 
 def select_policies(plan: Plan, request: GuardRequest) -> tuple[PolicyProgram, ...]:

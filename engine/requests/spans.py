@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import spans as span_lib
-from ..plan import Plan, PolicyProgram
-from .model import GuardRequest, RequestError
+from innerguard.engine import spans as span_lib
+from innerguard.engine.plan import Plan, PolicyProgram
+from innerguard.engine.requests.model import GuardRequest, RequestError
 
 DEFAULT_MARKERS = (span_lib.OPEN_MARKER, span_lib.CLOSE_MARKER)
 Ranges = tuple[span_lib.Range, ...]

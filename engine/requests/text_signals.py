@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from .. import textmatch
-from ..plan import Plan, PolicyProgram
-from .spans import Ranges, Rendering
+from innerguard.engine import textmatch
+from innerguard.engine.plan import Plan, PolicyProgram
+from innerguard.engine.requests.spans import Ranges, Rendering
 
 
 def text_signals(

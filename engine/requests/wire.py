@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import jsonschema
 
-from .model import RequestError
+from innerguard.engine.requests.model import RequestError
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,14 @@ from argparse import Namespace
 from pathlib import Path
 from typing import Sequence
 
-from ..compiler import compile_policies
-from ..logging import get_logger
-from ..vllm_engine import install_plan_async
-from . import admin, vllm_compat
-from .client import GuardedEngineClient
-from .guard import ServeOptions, ServerGuard
-from .middleware import GuardMiddleware
-from .reload import Reloader
+from innerguard.engine.compiler import compile_policies
+from innerguard.engine.logging import get_logger
+from innerguard.engine.vllm_engine import install_plan_async
+from innerguard.engine.serve import admin, vllm_compat
+from innerguard.engine.serve.client import GuardedEngineClient
+from innerguard.engine.serve.guard import ServeOptions, ServerGuard
+from innerguard.engine.serve.middleware import GuardMiddleware
+from innerguard.engine.serve.reload import Reloader
 
 log = get_logger("innerguard.serve")
 

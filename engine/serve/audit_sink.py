@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from ..audit import AuditLog, RequestInfo, load_key
+from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 
 
 class ServerAudit:

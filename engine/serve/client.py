@@ -12,9 +12,9 @@ from typing import Any, AsyncGenerator, Mapping
 
 from vllm.sampling_params import RequestOutputKind
 
-from ..requests import GuardRequest, PreparedRequest, prepare
-from ..verdicts import explain, refuse, undecided
-from . import context
+from innerguard.engine.requests import GuardRequest, PreparedRequest, prepare
+from innerguard.engine.verdicts import explain, refuse, undecided
+from innerguard.engine.serve import context
 
 INTERNAL = "innerguard-internal-"  # request ids of the server's own engine calls
 

@@ -8,7 +8,7 @@ import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..requests.wire import ClientOptions
+from innerguard.engine.requests.wire import ClientOptions
 
 
 @dataclass

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from argparse import Namespace
 
-from ..errors import EngineStartError
-from ..vllm_engine import guarded_engine_kwargs
+from innerguard.engine.errors import EngineStartError
+from innerguard.engine.vllm_engine import guarded_engine_kwargs
 
 REQUIRED = ("worker_extension_cls", "scheduler_cls")
 WRAPPED = ("load_format", "model_loader_extra_config", "additional_config")  # the operator's, inside innerguard's

@@ -10,10 +10,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..logging import get_logger
-from ..plan import Plan
-from . import metrics
-from .decisions import DecisionFetcher
+from innerguard.engine.logging import get_logger
+from innerguard.engine.plan import Plan
+from innerguard.engine.serve import metrics
+from innerguard.engine.serve.decisions import DecisionFetcher
 
 VERDICT_ORDER = ("block", "steer", "drop_documents", "rerank", "flag", "allow")
 

@@ -24,10 +24,10 @@ import json
 import time
 from typing import Any, Callable
 
-from ..requests import RequestError, invisible
-from ..requests.wire import client_options
-from . import context
-from .body_checks import TOO_DEEP, TOO_DEEP_HINT, json_problem
+from innerguard.engine.requests import RequestError, invisible
+from innerguard.engine.requests.wire import client_options
+from innerguard.engine.serve import context
+from innerguard.engine.serve.body_checks import TOO_DEEP, TOO_DEEP_HINT, json_problem
 
 GUARDED_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions"}
 SERVICE_ROUTES = {"/v1/models", "/health", "/ping", "/version", "/metrics", "/load", "/tokenize", "/detokenize",

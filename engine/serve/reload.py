@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..compiler import compile_policies
-from ..errors import InnerguardError
-from . import metrics
-from .guard import ServerGuard, _iso
+from innerguard.engine.compiler import compile_policies
+from innerguard.engine.errors import InnerguardError
+from innerguard.engine.serve import metrics
+from innerguard.engine.serve.guard import ServerGuard, _iso
 
 
 class Reloader:

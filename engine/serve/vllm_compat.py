@@ -38,7 +38,7 @@ from argparse import Namespace
 from functools import cache
 from typing import Any, Callable
 
-from ..errors import InnerguardError
+from innerguard.engine.errors import InnerguardError
 
 # name -> the modules that define it, newest vLLM layout first.
 _LOCATIONS: dict[str, tuple[str, ...]] = {

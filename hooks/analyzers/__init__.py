@@ -14,17 +14,17 @@ d = head_dim taken from the model config, never hidden/H):
 
 Spans are half-open token ranges ``(start, end)``.
 """
-from .attention import HeadGeometry, attention_rows
-from .attention_tracker import focus_score, head_focus
-from .probe import concept_cosine, logistic_probability
-from .reranker import (
+from innerguard.hooks.analyzers.attention import HeadGeometry, attention_rows
+from innerguard.hooks.analyzers.attention_tracker import focus_score, head_focus
+from innerguard.hooks.analyzers.probe import concept_cosine, logistic_probability
+from innerguard.hooks.analyzers.reranker import (
     RerankResult,
     calibrated_document_scores,
     rerank,
     token_attention,
 )
-from .steering import steer_row_mask, steering_delta
-from .token_probe import window_max
+from innerguard.hooks.analyzers.steering import steer_row_mask, steering_delta
+from innerguard.hooks.analyzers.token_probe import window_max
 
 __all__ = [
     "HeadGeometry",

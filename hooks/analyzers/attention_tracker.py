@@ -22,8 +22,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import torch
 
-from .attention import Geometry, check_width, kv_heads_of
-from .spans import Spans, span_mask
+from innerguard.hooks.analyzers.attention import Geometry, check_width, kv_heads_of
+from innerguard.hooks.analyzers.spans import Spans, span_mask
 
 
 MAX_BATCH_TOKENS = 32768  # prompts × padded length per gather: bounds the float32 copy of K

@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from .attention import Geometry, attention_rows
+from innerguard.hooks.analyzers.attention import Geometry, attention_rows
 
 
 def token_attention(

@@ -114,3 +114,11 @@ def test_the_policy_language_imports_no_layer_built_on_it():
 def test_a_cycle_would_be_found():
     # The check itself: two layers importing each other are reported.
     assert _cycles({"a": {"b": []}, "b": {"a": []}, "c": {"a": []}}) == [["a", "b"]]
+
+
+def test_every_import_of_innerguard_is_absolute():
+    # One import style, so that a tool reading the source sees every arrow
+    # between packages (issue 33, item 1).
+    relative = [f"{path.name}:{statement.lineno}" for _module, path, _pkg in _modules()
+                for statement in ast.walk(ast.parse(path.read_text())) if isinstance(statement, ast.ImportFrom) and statement.level]
+    assert not relative, relative
