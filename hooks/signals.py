@@ -176,7 +176,9 @@ def _token_probe(spec, state) -> float:
     if not positions or positions[-1] >= scores.shape[0]:
         raise ValueError(f"the {params.get('span', 'untrusted')} span is empty or outside the {scores.shape[0]} prompt tokens")
     span_scores = scores[torch.tensor(positions, device=scores.device)] + float(params.get("bias") or 0.0)
-    return token_probe.window_max_tensor(span_scores, int(params.get("window", 12)))
+    window = int(params.get("window", 12))
+    offset = token_probe.length_offset(len(positions), window, float(params.get("length_adjust", 0.0)))
+    return token_probe.window_max_tensor(span_scores, window) - offset
 
 
 def _relevance(spec, state, geometry, modules) -> list[float]:

@@ -33,6 +33,7 @@ and layer of SmolLM2-135M: about 7 GB at nine layers for data/injection/fit.json
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
@@ -46,7 +47,7 @@ from innerguard.engine.build.recipe import Built, Params, model_metadata
 from innerguard.engine import models
 from innerguard.engine.evaluate.metrics import auroc, threshold_for_fpr, tpr_at_fpr
 from innerguard.engine.spans import chat_spans, token_ranges
-from innerguard.hooks.analyzers.token_probe import window_max
+from innerguard.hooks.analyzers.token_probe import length_offset, window_count, window_max
 
 
 FPR_UNITS = ("row", "text")
@@ -58,7 +59,7 @@ class TokenProbeParams(Params):
     FLAGS: ClassVar[dict[str, str]] = {
         "model": "--model", "data": "--data", "layers": "--layers", "window": "--window", "target_fpr": "--target-fpr",
         "folds": "--folds", "windows_per_row": "--windows-per-row", "hard_negatives": "--hard-negatives", "l2": "--l2",
-        "fpr_unit": "--fpr-unit", "seed": "--seed"}
+        "fpr_unit": "--fpr-unit", "length_adjust": "--length-adjust", "seed": "--seed"}
     INPUTS: ClassVar[tuple[str, ...]] = ("data",)
     LIST_SEP: ClassVar[str] = ","
 
@@ -72,6 +73,7 @@ class TokenProbeParams(Params):
     hard_negatives: int = 0  # rounds of adding each row's highest-scoring negative window
     l2: float = 1e-2
     fpr_unit: str = "row"  # "text": the threshold's FPR counts distinct benign texts (each group once)
+    length_adjust: bool = False  # fit the signal's length_adjust on the benign out-of-fold scores
     seed: int = 0
 
     def check(self, num_layers: int) -> None:
@@ -251,6 +253,7 @@ def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, s
         **{k: v for k, v in model_metadata(params, model_dir).items() if k != "num_heads"},
         "layers": ",".join(map(str, params.layers)),
         "window": str(params.window),
+        **({"length_adjust": f"{fitted.length_adjust:.4f}"} if params.length_adjust else {}),
         "threshold": f"{fitted.threshold:.4f}",
         "threshold_rule": f"signal > threshold keeps the grouped {params.folds}-fold out-of-fold FPR on --data "
                           f"at or below {params.target_fpr:g}, counted over benign "
@@ -285,8 +288,9 @@ class Fitted:
     weight: torch.Tensor  # [layers * hidden]
     bias: float
     threshold: float
-    oof: list[float]  # each row's out-of-fold request score
+    oof: list[float]  # each row's out-of-fold request score (length-adjusted when length_adjust is set)
     figures: dict[str, Any]
+    length_adjust: float = 0.0
 
 
 def fit_rows(rows: Sequence[_Row], params: TokenProbeParams) -> Fitted:
@@ -301,14 +305,57 @@ def fit_rows(rows: Sequence[_Row], params: TokenProbeParams) -> Fitted:
             oof[i] = _score(rows[i], weight, bias, params.window)
     weight, bias, positives, negatives = _fit(rows, params)
     calibrating = [i for i, r in enumerate(rows) if r.calibrate]
+    raw = list(oof)
+    adjust = 0.0
+    if params.length_adjust:
+        benign = [i for i in calibrating if not labels[i]]
+        adjust = fit_length_adjust([oof[i] for i in benign], [window_count(len(rows[i].tokens), params.window) for i in benign])
+        oof = [s - length_offset(len(r.tokens), params.window, adjust) for s, r in zip(oof, rows)]
     weights = negative_weights([rows[i] for i in calibrating], params.fpr_unit)
     # Rounded as a policy writes it, so that the figures are those of the printed rule.
     threshold = round(threshold_for_fpr([oof[i] for i in calibrating], [labels[i] for i in calibrating],
                                         params.target_fpr, weights), 4)
     figures = _figures(rows, oof, labels, threshold, params)
     figures.update({"windows_positive": positives, "windows_negative": negatives, "rows": len(rows),
-                    "data_tokens": sum(len(r.tokens) for r in rows)})
-    return Fitted(weight, bias, threshold, oof, figures)
+                    "data_tokens": sum(len(r.tokens) for r in rows), "length_adjust": adjust,
+                    "benign_median_by_length": {"raw": _medians_by_length(rows, raw, labels, calibrating),
+                                                "signal": _medians_by_length(rows, oof, labels, calibrating)}})
+    return Fitted(weight, bias, threshold, oof, figures, adjust)
+
+
+# Data-token buckets of the build's report, as innerguard eval prints them.
+LENGTH_BUCKETS = ((0, 128), (128, 512), (512, 1024), (1024, 2048), (2048, None))
+TAIL = 0.9  # the benign quantile whose slope length_adjust takes off
+
+
+def fit_length_adjust(scores: Sequence[float], windows: Sequence[int], step: float = 0.005, most: float = 3.0) -> float:
+    """The slope of the benign scores' 90th percentile against ln(number of
+    windows): a linear quantile regression (pinball loss; for each slope on a
+    grid the best intercept is that quantile of the residuals), at least 0.
+    The tail, not the mean, is what a threshold cuts, so the tail is what
+    must not move with length."""
+    if len(scores) < 10:
+        raise data_lib.BuildDataError(f"--length-adjust needs at least 10 benign rows that set the threshold; got {len(scores)}")
+    x = torch.tensor([math.log(w) for w in windows], dtype=torch.float64)
+    if float(x.max() - x.min()) < math.log(4):
+        raise data_lib.BuildDataError("--length-adjust needs benign rows of several lengths (the longest with at "
+                                      "least four times the windows of the shortest)")
+    y = torch.tensor(list(scores), dtype=torch.float64)
+    slopes = torch.arange(0.0, most + step / 2, step, dtype=torch.float64)
+    residuals = y[None, :] - slopes[:, None] * x[None, :]  # [slopes, rows]
+    intercepts = torch.quantile(residuals, TAIL, dim=1, keepdim=True)
+    error = residuals - intercepts
+    loss = torch.where(error >= 0, TAIL * error, (TAIL - 1) * error).sum(dim=1)
+    return round(float(slopes[int(loss.argmin())]), 4)
+
+
+def _medians_by_length(rows: Sequence[_Row], scores: Sequence[float], labels: Sequence[int], members: Sequence[int]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for low, high in LENGTH_BUCKETS:
+        inside = sorted(scores[i] for i in members if not labels[i] and low <= len(rows[i].tokens) and (high is None or len(rows[i].tokens) < high))
+        if inside:
+            found[f"{low}-{high - 1}" if high else f">={low}"] = round(inside[len(inside) // 2], 4)
+    return found
 
 
 def negative_weights(rows: Sequence[_Row], unit: str) -> list[float]:
@@ -369,5 +416,13 @@ def _report(f: dict[str, Any], params: TokenProbeParams) -> list[str]:
         "highest per-style FPR " + ", ".join(f"{s} {v:.3f}" for s, v in worst),
         *([f"{f['rows_not_calibrating']} rows marked \"calibrate\": false (fitted on, not setting the threshold): "
            f"out-of-fold FPR {f['cv_fpr_not_calibrating']:.4f} at the threshold"] if "rows_not_calibrating" in f else []),
+        *([f"length_adjust {f['length_adjust']:.4f} (the benign 90th percentile's slope against ln(windows)); benign "
+           f"out-of-fold median by data tokens, raw: {_buckets(f['benign_median_by_length']['raw'])}; adjusted: "
+           f"{_buckets(f['benign_median_by_length']['signal'])}",
+           f"policy signal: length_adjust: {f['length_adjust']:.4f}"] if params.length_adjust else []),
         f"policy rule: when: <signal> > {f['threshold']:.4f}",
     ]
+
+
+def _buckets(medians: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in medians.items())

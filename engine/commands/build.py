@@ -202,6 +202,11 @@ def register(subparsers) -> None:
     tokens.add_argument("--fpr-unit", choices=("row", "text"), default="row",
                         help="what --target-fpr counts: benign rows (default), or distinct benign texts, the rows "
                         "of one 'group' counting once (for data that repeats a hard text in several carriers)")
+    tokens.add_argument("--length-adjust", action="store_true",
+                        help="fit the signal's length_adjust: the slope of the benign out-of-fold scores' 90th "
+                        "percentile against ln(number of windows), taken off every score before the threshold is "
+                        "chosen, so that long benign texts do not score higher for their length; put the printed "
+                        "value in the policy's signal")
     tokens.add_argument("--seed", type=int, default=0, help="shuffles the groups into folds (default 0)")
     tokens.add_argument("--out", required=True, help="the artifact to write (.safetensors)")
     tokens.set_defaults(func=_token_probe)
@@ -262,7 +267,8 @@ def _token_probe(args) -> int:
         raise InnerguardError(f"--layers {args.layers!r} is not a list of layer numbers", hint="e.g. --layers 6,12,18") from None
     params = TokenProbeParams(model=args.model, data=args.data, layers=layers, window=args.window,
                               target_fpr=args.target_fpr, folds=args.folds, windows_per_row=args.windows_per_row,
-                              hard_negatives=args.hard_negatives, l2=args.l2, fpr_unit=args.fpr_unit, seed=args.seed)
+                              hard_negatives=args.hard_negatives, l2=args.l2, fpr_unit=args.fpr_unit,
+                              length_adjust=args.length_adjust, seed=args.seed)
     params.check(models.read_geometry(_model_dir(args)).num_layers)
     _precheck_files(params)
     inserted_rows(data_lib.read_jsonl(args.data, "--data"))

@@ -32,7 +32,7 @@ from typing import Any
 from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.plan import ModelGeometry
 from innerguard.engine.policy.diagnostics import Finding, Location
-from innerguard.engine.policy.model import ArtifactRef, Policy
+from innerguard.engine.policy.model import ArtifactRef, Policy, TokenProbeSignal
 from innerguard.engine.policy.yamlsafe import Marks
 
 MAKE_HINT = ("build it with: innerguard build heads|vector|probe|token-probe (innerguard build --help); "
@@ -257,6 +257,29 @@ class ArtifactChecker:
         if made_for and None not in made_for and layers and not set(layers) <= set(made_for):
             self.add("IG305", f"artifact {ref.path!r} was fitted at layers {', '.join(map(str, made_for))}, but is used at "
                               f"layer {', '.join(map(str, layers))}", loc)
+
+
+    def check_pooling(self, signal: TokenProbeSignal) -> None:
+        """The signal pools the token scores as the artifact was fitted to be pooled."""
+        header = self.cache.headers.get(signal.weights.resolved)
+        if not isinstance(header, Header):
+            return  # missing or unreadable: reported by check()
+        loc = self.marks.at(("signals", signal.name), key=True)
+        fitted_window = _int(header.metadata.get("window"))
+        if fitted_window is not None and fitted_window != signal.window:
+            self.add("IG306", f"token probe {signal.name!r} pools windows of {signal.window} tokens, but "
+                              f"{signal.weights.path!r} was fitted with window {fitted_window}", loc)
+        fitted_adjust = _float(header.metadata.get("length_adjust", "0"))
+        if fitted_adjust is not None and abs(fitted_adjust - signal.length_adjust) > 5e-5:
+            self.add("IG306", f"token probe {signal.name!r} has length_adjust {signal.length_adjust:g}, but "
+                              f"{signal.weights.path!r} was fitted with length_adjust {fitted_adjust:g}", loc)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(str(value))
+    except (TypeError, ValueError):
+        return None
 
 
 def _int(value: Any) -> int | None:

@@ -16,7 +16,7 @@ from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import ModelGeometry
 from innerguard.engine.policy.diagnostics import Finding, Location, Severity
 from innerguard.engine.policy.loader import LoadedFile, discover, load_file
-from innerguard.engine.policy.model import Policy, PolicySet
+from innerguard.engine.policy.model import Policy, PolicySet, TokenProbeSignal
 
 log = get_logger(__name__)
 
@@ -143,4 +143,7 @@ def _check_one(policy: Policy, marks, info: ModelInfo | None, declared: _Declare
     checker = ArtifactChecker(policy, marks, geometry, model_name, cache)
     for ref, kind, path, layers in iter_artifacts(policy):
         checker.check(ref, kind, path, layers)
+    for signal in policy.signals:
+        if isinstance(signal, TokenProbeSignal):
+            checker.check_pooling(signal)
     return found + checker.findings

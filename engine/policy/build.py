@@ -61,7 +61,7 @@ def _signal(ctx: _Context, name: str, data: dict) -> Signal:
                            score=data.get("score", "cosine"), bias=float(data["bias"]) if "bias" in data else None)
     if kind == "token_probe":
         return TokenProbeSignal(**common, layers=tuple(int(v) for v in data["layers"]), span=data.get("span", "untrusted"),
-                                window=int(data.get("window", 12)),
+                                window=int(data.get("window", 12)), length_adjust=float(data.get("length_adjust", 0.0)),
                                 weights=ctx.artifact(data["weights"], path + ("weights",), DEFAULT_KEYS["weights"]))
     if kind == "reranker":
         heads = data.get("heads")

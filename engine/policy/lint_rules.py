@@ -135,6 +135,9 @@ _RULES = [
     RuleInfo("IG305", W, "vector used at another layer than it was made for",
              "A steering or concept vector's metadata says it was extracted at another layer than the one the policy uses it at. Residual-stream scales differ a lot between layers (on SmolLM2 the norm jumps ~10x after layer 12), so a vector usually works only near the layer it came from.",
              "Use the layer in the artifact's metadata, or regenerate the vector for this layer."),
+    RuleInfo("IG306", W, "token probe pooled otherwise than it was fitted",
+             "A token_probe signal's window or length_adjust differs from what its weights artifact records (metadata 'window', 'length_adjust'). The threshold that 'innerguard build token-probe' printed holds for the pooling it was fitted with: another window, or a length_adjust added, dropped or changed, moves every score.",
+             "Copy window and length_adjust from the build's output (or the artifact's metadata) into the signal, or rebuild the probe for the pooling you want."),
     # -- regular expressions ----------------------------------------------
     RuleInfo("IG401", E, "invalid regular expression",
              "A text signal's regex does not compile.",

@@ -126,6 +126,7 @@ class TokenProbeSignal(Signal):
     weights: ArtifactRef  # tensors "<key>.<layer>" [hidden] and "bias" [1]
     span: Literal["untrusted", "trusted"] = "untrusted"
     window: int = 12
+    length_adjust: float = 0.0  # taken off per ln(number of windows): hooks/analyzers/token_probe.py
     type: SignalType = "number"
 
     def layer_refs(self) -> list[tuple[int, ArtifactRef]]:
@@ -133,7 +134,10 @@ class TokenProbeSignal(Signal):
         return [(layer, replace(self.weights, key=f"{self.weights.key}.{layer}")) for layer in self.layers]
 
     def params(self) -> dict[str, Any]:
-        return {"layers": list(self.layers), "span": self.span, "window": self.window}
+        params = {"layers": list(self.layers), "span": self.span, "window": self.window}
+        if self.length_adjust:  # absent when off, so that the plans of policies without it keep their hash
+            params["length_adjust"] = self.length_adjust
+        return params
 
 
 @dataclass(frozen=True, kw_only=True)

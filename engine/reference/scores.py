@@ -137,11 +137,13 @@ def reference_token_probe(
     bias: float,
     span: Sequence[Range],
     window: int,
+    length_adjust: float = 0.0,
 ) -> float:
     """The token-level probe, written out plainly: for each span token t,
     s_t = Σ_L weights[L]·x_L,t + bias (x: the residual after layer L, float64),
     then the largest mean of s_t over ``window`` consecutive span tokens (the
-    mean of all when the span is shorter)."""
+    mean of all when the span is shorter), less ``length_adjust`` times the
+    natural log of how many such means there were."""
     positions = _positions(span)
     scores = [float(bias)] * len(positions)
     for layer, weight in weights.items():
@@ -151,4 +153,5 @@ def reference_token_probe(
             scores[i] += float(x[t] @ w)
     if len(scores) <= window:
         return sum(scores) / len(scores)
-    return max(sum(scores[i:i + window]) / window for i in range(len(scores) - window + 1))
+    means = [sum(scores[i:i + window]) / window for i in range(len(scores) - window + 1)]
+    return max(means) - length_adjust * math.log(len(means))

@@ -11,8 +11,21 @@ tokens (the mean of the whole span when it is shorter): high when some
 stretch of the data reads like an instruction to the model. It is a logit.
 The per-layer dot products are accumulated while the prompt is computed
 (hooks/capture.py), so no hidden state is kept.
+
+A maximum over N windows grows with N even when every window is benign: on
+real documents the benign score of a 2,000-token text sits well above that
+of a 200-token one, so one threshold cannot hold at every length. With
+``length_adjust`` = a the signal is
+
+    max over windows of mean s_t  -  a * ln(number of windows)
+
+(the number of windows is span tokens - window + 1, at least 1), with a
+fitted by ``innerguard build token-probe --length-adjust`` so that benign
+scores do not move with length.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -34,3 +47,14 @@ def window_max_tensor(scores: torch.Tensor, window: int) -> torch.Tensor:
         return s.mean()
     sums = torch.cumsum(torch.cat([s.new_zeros(1), s]), 0)
     return ((sums[window:] - sums[:-window]) / window).max()
+
+
+def window_count(tokens: int, window: int) -> int:
+    """How many windows the maximum is taken over: one when the span is no
+    longer than a window."""
+    return max(1, tokens - window + 1)
+
+
+def length_offset(tokens: int, window: int, length_adjust: float) -> float:
+    """What ``length_adjust`` takes off the window maximum of a ``tokens``-long span."""
+    return length_adjust * math.log(window_count(tokens, window)) if length_adjust else 0.0

@@ -5,13 +5,16 @@ windows are labelled by the inserted span; folds keep groups whole."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+import math
 
 import pytest
 import torch
 
 from innerguard.engine.build import BuildDataError, TokenProbeParams, artifact, build_token_probe, reproduce, save
 from innerguard.engine.build.data import read_jsonl
-from innerguard.engine.build.token_probe import _Row, _windows, fit_rows, grouped_folds, inserted_rows, negative_weights
+from innerguard.engine.build.token_probe import (
+    _Row, _windows, fit_length_adjust, fit_rows, grouped_folds, inserted_rows, negative_weights)
 from innerguard.engine.evaluate.metrics import threshold_for_fpr
 
 from build_helpers import ROOT
@@ -155,3 +158,38 @@ def test_fpr_over_texts_counts_a_repeated_hard_text_once():
     assert by_texts.figures["cv_tpr"] >= by_rows.figures["cv_tpr"]
     with pytest.raises(BuildDataError, match="--fpr-unit"):
         TokenProbeParams(model="m", data="d", fpr_unit="group").check(30)
+
+
+def test_length_adjust_is_the_slope_of_the_benign_tail_against_ln_windows():
+    gen = torch.Generator().manual_seed(3)
+    windows = [max(1, int(math.exp(float(u) * math.log(4000)))) for u in torch.rand(800, generator=gen)]  # log-uniform
+    scores = [0.7 * math.log(w) + float(torch.randn(1, generator=gen)) for w in windows]
+    assert fit_length_adjust(scores, windows) == pytest.approx(0.7, abs=0.1)
+    assert fit_length_adjust([-s for s in scores], windows) == 0.0  # never adds to long texts
+
+
+@pytest.mark.parametrize("windows, message", [([5] * 40, "several lengths"), ([1, 100] * 4, "at least 10")])
+def test_length_adjust_refuses_data_it_cannot_fit_a_slope_on(windows, message):
+    with pytest.raises(BuildDataError, match=message):
+        fit_length_adjust([0.0] * len(windows), windows)
+
+
+def test_a_length_adjusted_probe_scores_long_and_short_benign_texts_alike():
+    """Benign token scores are noise, so the window maximum of a long text is
+    higher than a short one's; adjusted, their medians meet."""
+    gen = torch.Generator().manual_seed(4)
+
+    def row(label, i, n):
+        tokens = torch.randn(n, 2, generator=gen)
+        hot = (n // 2, n // 2 + 12) if label else None
+        if hot:
+            tokens[hot[0]:hot[1], 0] += 3.0
+        return _Row(label, f"plain:{i}", "email", tokens, hot)
+
+    rows = [row(i % 2, i, n) for i, n in enumerate([40, 400, 1600] * 30)]
+    params = TokenProbeParams(model="m", data="d", window=8, folds=3, target_fpr=0.05)
+    raw = fit_rows(rows, params).figures
+    adjusted = fit_rows(rows, replace(params, length_adjust=True)).figures
+    assert raw["length_adjust"] == 0 and adjusted["length_adjust"] > 0
+    spread = lambda medians: max(medians.values()) - min(medians.values())  # noqa: E731
+    assert spread(adjusted["benign_median_by_length"]["signal"]) < 0.5 * spread(raw["benign_median_by_length"]["raw"])

@@ -133,18 +133,19 @@ def probe_policy(artifact: str, extra: str = "", when: str = "topic > 0.5", laye
     )
 
 
-def token_probe_policy(layers: str = "[6, 12]", span: str = "untrusted", head: str = HEAD) -> str:
+def token_probe_policy(layers: str = "[6, 12]", span: str = "untrusted", head: str = HEAD, pooling: str = "") -> str:
     return head + (
-        "signals:\n  injected:\n    analyzer: token_probe\n"
-        f"    layers: {layers}\n    span: {span}\n"  # layers at line 12
+        "signals:\n  injected:\n    analyzer: token_probe\n"  # injected at line 10
+        f"    layers: {layers}\n    span: {span}\n{pooling}"  # layers at line 12
         "    weights:\n      artifact: artifacts/t.safetensors\n"  # artifact at line 15
         "rules:\n  - id: r\n    when: injected > 4\n    action: block\n"
     )
 
 
-def token_weights(*layers: int, size: int = HIDDEN, fitted_at: str | None = None):
+def token_weights(*layers: int, size: int = HIDDEN, fitted_at: str | None = None, pooled: dict | None = None):
     """A token-probe artifact with one ``weight.<layer>`` vector per layer;
-    ``fitted_at``: its metadata names the layers as ``innerguard build`` does ("layers": "6,18")."""
+    ``fitted_at``: its metadata names the layers as ``innerguard build`` does ("layers": "6,18");
+    ``pooled``: metadata "window" / "length_adjust" as the build records them."""
     def setup(folder: Path) -> None:
         from safetensors.numpy import save_file
 
@@ -152,7 +153,7 @@ def token_weights(*layers: int, size: int = HIDDEN, fitted_at: str | None = None
         tensors = {f"weight.{layer}": np.linspace(-1, 1, size, dtype=np.float32) for layer in layers}
         where = {"layers": fitted_at} if fitted_at else {"layer": ",".join(map(str, layers))}
         save_file({**tensors, "bias": np.zeros(1, dtype=np.float32)}, str(folder / "artifacts" / "t.safetensors"),
-                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(HIDDEN), **where})
+                  metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(HIDDEN), **where, **(pooled or {})})
     return setup
 
 
@@ -193,6 +194,12 @@ CASES += [
     Case("token-probe-missing-layer-vector", token_probe_policy(), "IG506", 15, setup=token_weights(6)),
     Case("token-probe-vector-length", token_probe_policy(), "IG510", 15, setup=token_weights(6, 12, size=100)),
     Case("token-probe-fitted-at-other-layers", token_probe_policy(), "IG305", 15, setup=token_weights(6, 12, fitted_at="6,18")),
+    Case("token-probe-other-window", token_probe_policy(pooling="    window: 8\n"), "IG306", 10,
+         setup=token_weights(6, 12, pooled={"window": "16"})),
+    Case("token-probe-length-adjust-dropped", token_probe_policy(), "IG306", 10,
+         setup=token_weights(6, 12, pooled={"window": "12", "length_adjust": "0.4200"})),
+    Case("token-probe-length-adjust-changed", token_probe_policy(pooling="    window: 12\n    length_adjust: 0.3\n"), "IG306", 10,
+         setup=token_weights(6, 12, pooled={"window": "12", "length_adjust": "0.4200"})),
     Case("token-probe-span-undefined", token_probe_policy(span="trusted", head=HEAD.replace("  trusted: {roles: [system]}\n", "")), "IG102", 9,
          setup=token_weights(6, 12)),
     # ---- model geometry (with --model) --------------------------------------------
@@ -260,6 +267,12 @@ def test_symlink_inside_the_policy_folder_is_fine(write_policy):
     (path.parent / "artifacts").mkdir()
     os.symlink(path.parent / "store" / "real.safetensors", path.parent / "artifacts" / "v.safetensors")
     assert lint_paths([path]).errors == 0
+
+
+def test_a_token_probe_pooled_as_it_was_fitted_draws_no_pooling_warning(write_policy):
+    path = write_policy(token_probe_policy(pooling="    window: 16\n    length_adjust: 0.42\n"))
+    token_weights(6, 12, pooled={"window": "16", "length_adjust": "0.4200"})(path.parent)
+    assert [f for f in lint_paths([path]).findings if f.rule.startswith(("IG3", "IG5"))] == []
 
 
 def test_duplicate_policy_names_across_files(write_policy, tmp_path):

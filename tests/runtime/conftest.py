@@ -8,12 +8,33 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import make_vector
+from helpers import LENGTH_ADJUST, make_vector
 
 POLICIES = Path(__file__).parent / "policies"
 # The shipped token-level probe policy, with its fitted artifact (test_token_probe.py).
 SHIPPED = Path(__file__).resolve().parents[2] / "policies"
 TOKEN_PROBE_ARTIFACT = "smollm2-135m-instruct.injection-token-probe.safetensors"
+
+
+def _length_adjusted_copy(folder: Path) -> None:
+    """The shipped probe again as policy prompt-injection-length, with a
+    length adjustment (test_token_probe.py); only a request that names it or
+    carries the tag length-adjust selects it."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    source = SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT
+    with safe_open(str(source), "pt") as f:
+        metadata = {**f.metadata(), "length_adjust": f"{LENGTH_ADJUST:.4f}"}
+    save_file(load_file(str(source)), str(folder / "artifacts" / "length-adjusted-probe.safetensors"), metadata=metadata)
+    text = (SHIPPED / "prompt-injection.yaml").read_text()
+    for old, new in (("  name: prompt-injection\n", "  name: prompt-injection-length\n"),
+                     ("mode: enforce\n", "mode: enforce\napplies_to: {tags: [length-adjust]}\n"),
+                     ("    window: 16\n", f"    window: 16\n    length_adjust: {LENGTH_ADJUST}\n"),
+                     (TOKEN_PROBE_ARTIFACT, "length-adjusted-probe.safetensors")):
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    (folder / "tokens-length.yaml").write_text(text)
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +46,7 @@ def policy_dir(tmp_path_factory, smollm2_dir) -> Path:
     make_vector(folder / "artifacts" / "steer.safetensors", smollm2_dir, layer=6, seed=2)
     shutil.copy(SHIPPED / "prompt-injection.yaml", folder / "tokens.yaml")
     shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, folder / "artifacts" / TOKEN_PROBE_ARTIFACT)
+    _length_adjusted_copy(folder)
     return folder
 
 

@@ -19,6 +19,8 @@ TEXTS = [
     "Rain is expected tomorrow across the northern region.",
     "The museum opens a new exhibition on ancient maps next week.",
 ]
+# length_adjust of the policy prompt-injection-length (conftest.py, test_token_probe.py).
+LENGTH_ADJUST = 0.5
 INSTRUCTIONS = ["Summarise the text.", "Translate the text into French.", "Say hello.", "List the nouns in the text."]
 
 

@@ -2,14 +2,16 @@
 engine equals the independent Hugging Face reference, whether the prompt is
 computed in one step, in 64-token chunks, or partly served from the prefix
 cache (the scores of cached positions are read back from the steps that
-computed them, hooks/token_score_cache.py)."""
+computed them, hooks/token_score_cache.py), and with a length adjustment."""
 from __future__ import annotations
+
+import math
 
 import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from helpers import TEXTS, long_text, prepared, row
+from helpers import LENGTH_ADJUST, TEXTS, long_text, prepared, row
 
 from innerguard.engine.reference.scores import reference_token_probe
 
@@ -70,3 +72,19 @@ def test_token_probe_matches_the_reference_in_chunks(chunked, reference, probe):
     rows = [r for r in _rows("tc") if len(r["data"]) > 300]
     assert rows and all(len(prepared(chunked, r)[0]) > 64 for r in rows)
     _check(chunked, reference, probe, rows)
+
+
+def test_length_adjust_takes_its_share_of_ln_windows_off_the_score(guarded, reference, probe):
+    model, _ = reference
+    weights, bias, window = probe
+    rows = [row(i, ["prompt-injection", "prompt-injection-length"], data=d, rid=f"tl{i}")
+            for i, d in enumerate([long_text(14), TEXTS[2], "Hi."])]
+    for r, out in zip(rows, guarded.run(rows)):
+        assert out.error is None, out.error
+        ids, spans = prepared(guarded, r)
+        data = spans["prompt-injection-length"]["data"]
+        windows = max(1, sum(b - a for a, b in data) - window + 1)
+        want = reference_token_probe(model, ids, weights, bias, data, window, length_adjust=LENGTH_ADJUST)
+        got = out.signals["prompt-injection-length.injected"]
+        assert abs(got - want) <= 1e-3 + 1e-4 * abs(want), (r["id"], got, want)
+        assert got == pytest.approx(out.signals[SIGNAL] - LENGTH_ADJUST * math.log(windows), abs=1e-4)
