@@ -8,7 +8,10 @@ from innerguard.engine.evaluate.metrics import Confusion, auroc, oriented, thres
 from innerguard.engine.evaluate.score import Score
 
 FPR_POINTS = (0.01, 0.05)
-LENGTH_EDGES = (128, 256, 512)  # prompt tokens
+LENGTH_EDGES = (128, 256, 512, 1024, 2048)  # prompt tokens
+# Long prompts also as one group each from these lengths up: a score that
+# grows with length shows there first, and a per-bucket count is small.
+LONG_FROM = (512, 1024)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,10 @@ def build_report(results: Sequence[RowResult], score: Score, *, policy_version: 
     buckets = sorted({length_bucket(r.prompt_tokens) for r in ok}, key=lambda b: int(b.lstrip(">=").split("-")[0]))
     for bucket in buckets:
         report["by_length"][bucket] = _group([r for r in ok if length_bucket(r.prompt_tokens) == bucket], score)
+    for low in LONG_FROM:
+        longer = [r for r in ok if r.prompt_tokens >= low]
+        if longer and any(r.prompt_tokens < low for r in ok):
+            report["by_length"][f"all >={low}"] = _group(longer, score)
     for other in (score, *other_signals):
         pairs = [(other.value(r.signals), r.label) for r in ok]
         pairs = [(v, y) for v, y in pairs if v is not None]
