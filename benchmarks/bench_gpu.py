@@ -29,6 +29,8 @@ Modes:
   guarded-eager     GuardedLLM with enforce_eager
   guarded-unguarded GuardedLLM's default, its requests selecting no policy: what the guarded
                     engine costs before any request is guarded
+  guarded-probe     GuardedLLM's default, its requests selecting only a token probe on every
+                    fourth layer (window 16, random weights; flags only, never blocks)
 
 Made for an H200 with the offline vLLM 0.24 kit (``../shared/gpukit``) and an
 innerguard wheel installed; the model is random, so the figures are about
@@ -55,8 +57,10 @@ LAYERS, HIDDEN, HEADS, KV_HEADS, FFN = 28, 1536, 12, 2, 8960
 TRACKED_HEADS = [[layer, head] for layer in range(10, 28) for head in (0, 5, 9)][:48]
 STEER_LAYER = 14
 REQUESTS, OUTPUT_TOKENS, DOC_WORDS = 256, 128, 430
-MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded")
-POLICIES_OF = {"guarded-unguarded": []}  # default: ["injection", "steer"]
+PROBE_LAYERS = list(range(3, LAYERS, 4))
+MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded",
+         "guarded-probe")
+POLICIES_OF = {"guarded-unguarded": [], "guarded-probe": ["probe"]}  # default: ["injection", "steer"]
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
          "they you were her all she there would their we him been has when who will more no if out so said what up "
          "its about into than them can only other new some could time these two may then do first any my now").split()
@@ -97,6 +101,27 @@ rules:
       positions: generated
       method: add
 """,
+    # The threshold is out of reach of a random probe: the rule never fires,
+    # so the engine pays for the probe and generates every token.
+    "probe.yaml": f"""\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: probe, version: 1.0.0, owner: bench, description: token probe on every fourth layer; flags only}}
+mode: enforce
+on_error: fail-open
+spans:
+  trusted: {{roles: [system]}}
+  untrusted: {{roles: [user]}}
+signals:
+  injected:
+    analyzer: token_probe
+    layers: {json.dumps(PROBE_LAYERS)}
+    span: untrusted
+    window: 16
+    weights: {{artifact: artifacts/probe.safetensors}}
+rules:
+  - {{id: flag-injected, when: injected > 1000, action: flag}}
+""",
 }
 
 
@@ -125,10 +150,17 @@ def make(work: Path, tokenizer: Path) -> None:
     (policy_dir / "artifacts").mkdir(parents=True, exist_ok=True)
     for name, text in POLICIES.items():
         (policy_dir / name).write_text(text)
+    fingerprint = models.read_geometry(model_dir).fingerprint
     vector = torch.randn(HIDDEN, generator=torch.Generator().manual_seed(2))
     save_file({"vector": (vector / vector.norm()).contiguous()}, str(policy_dir / "artifacts" / "steer.safetensors"),
               metadata={"model_name": model_dir.name, "hidden_size": str(HIDDEN), "layer": str(STEER_LAYER),
-                        "model_fingerprint": models.read_geometry(model_dir).fingerprint})
+                        "model_fingerprint": fingerprint})
+    generator = torch.Generator().manual_seed(3)
+    weights = {f"weight.{layer}": torch.randn(HIDDEN, generator=generator) / HIDDEN ** 0.5 for layer in PROBE_LAYERS}
+    weights["bias"] = torch.zeros(1)
+    save_file(weights, str(policy_dir / "artifacts" / "probe.safetensors"),
+              metadata={"format": "innerguard.artifact/v1", "model_name": model_dir.name, "hidden_size": str(HIDDEN),
+                        "layers": ",".join(map(str, PROBE_LAYERS)), "window": "16", "model_fingerprint": fingerprint})
     print(f"made {model_dir} and {policy_dir}", flush=True)
 
 
@@ -196,7 +228,9 @@ def engine(mode: str, work: Path):
             focus = {o.id: o.signals.get("injection.focus") for o in outs}
             return sum(o.num_output_tokens for o in outs), {
                 "errors": len(errors), "first_error": errors[0] if errors else None, "actions": actions,
-                "decided_with_focus": sum(f is not None for f in focus.values()), "focus": focus}
+                "blocked": sum(o.blocked for o in outs),
+                "decided_with_focus": sum(f is not None for f in focus.values()),
+                "decided_with_probe": sum(o.signals.get("probe.injected") is not None for o in outs), "focus": focus}
 
         config = g.llm.llm_engine.vllm_config
         result["kv_read_back"] = {k: g.install_info.get(k) for k in ("reads_kv_cache", "kv_canary_cached_tokens")}
@@ -204,6 +238,9 @@ def engine(mode: str, work: Path):
     result["start_s"] = round(time.perf_counter() - started, 1)
     result["cudagraph_mode"] = str(getattr(compilation, "cudagraph_mode", None))
     result["enforce_eager"] = bool(config.model_config.enforce_eager)
+    # Every round's prompts are fresh text, but all share the chat template's
+    # head: with prefix caching on, that much of each prompt is a hit.
+    result["prefix_caching"] = getattr(config.cache_config, "enable_prefix_caching", None)
     generate(rows(1000, 16))  # warm-up
     return generate, result
 
@@ -264,6 +301,8 @@ def paired(work: Path, pairs: int, modes: list[str]) -> dict:
     return {"mode": "paired", "pairs": pairs, "seconds": {m: [round(x, 3) for x in t] for m, t in times.items()},
             "engines": {m: e[1] for m, e in engines.items()}, "checks": checks,
             "ratio_per_pair": {m: [round(r, 4) for r in rs] for m, rs in ratios.items()},
+            # Flag-only policies: a blocked request would generate no tokens and flatter the guard.
+            "blocked_per_round": {m: [c.get("blocked") for c in cs] for m, cs in checks.items() if m.startswith("guarded")},
             "median_ratio": {m: round(statistics.median(rs), 4) for m, rs in ratios.items()},
             "ratio_of_medians": {m: round(statistics.median(plain) / statistics.median(t), 4)
                                  for m, t in times.items() if m != "plain-default"},
@@ -358,8 +397,11 @@ def main() -> int:
         result = paired(args.workdir, args.rounds, modes)
         print("RESULT " + json.dumps(result), flush=True)
         if args.out:
+            # Named by runner and modes, so several runs can share one --out folder.
+            runner = {"1": "v2", "0": "v1"}.get(os.environ.get("VLLM_USE_V2_MODEL_RUNNER", ""), "default")
+            name = "-".join(["paired", runner, *[m for m in modes if m != "plain-default"], str(args.rounds)])
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "paired.json").write_text(json.dumps(result, indent=1))
+            (args.out / f"{name}.json").write_text(json.dumps(result, indent=1))
     else:
         if args.profile is not None:
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -9,7 +9,8 @@
 #                --platform manylinux_2_28_x86_64 structlog google-re2 -d .gpukit/wheels
 #            cp ~/.cache/innerguard/models/smollm2-135m-instruct/{config.json,tokenizer_config.json,chat_template.jinja} .gpukit/tok/
 #            xz -9c ~/.cache/innerguard/models/smollm2-135m-instruct/tokenizer.json > .gpukit/tok/tokenizer.json.xz
-#   device (one machine, calls back to back while it is warm; each call carries under 64 MiB):
+#   device (one machine, calls back to back while it is warm; each call carries under 64 MiB, the tracked
+#            tree included: where a part no longer fits, carry .gpukit/chunk.N instead, see reassemble):
 #            bash scripts/gpu_serve_check.sh stash      carry .gpukit/part00 .gpukit/tok .gpukit/wheels
 #            bash scripts/gpu_serve_check.sh stash      carry .gpukit/part01
 #            bash scripts/gpu_serve_check.sh run        carry .gpukit/part02 [.gpukit/wheels after a rebuild]
@@ -17,6 +18,10 @@
 #            bash scripts/gpu_serve_check.sh bench plain      (scripts/gpu_serve_bench.py: vllm serve, 8B-shaped
 #            bash scripts/gpu_serve_check.sh bench null        dummy model, vllm bench serve; one call each,
 #            bash scripts/gpu_serve_check.sh bench guarded     ~7 min; the null server is the control)
+#            DEADLINE=540 bash scripts/gpu_serve_check.sh offline "v2:guarded-default v1:guarded-probe"
+#                     (benchmarks/bench_gpu.py paired, plain-default against MODE, one process per RUNNER:MODE,
+#                     RUNNER v1 or v2; PAIRS pairs of rounds each; no run starts that could end past DEADLINE
+#                     seconds into the call; $OUT/offline_<tag>.tgz is repacked after every run)
 # Results land in $OUT: serve_check.json, serve_compiled.log, serve_eager.log, setup.log (and parity.json,
 # parity.log; serve_bench_SERVER.tgz: the summary, the server log and vllm bench serve's raw results).
 set -uo pipefail
@@ -25,9 +30,26 @@ STASH=/tmp/gpukit
 OUT=${OUT:-/tmp/gpu_serve_out}
 mkdir -p "$STASH" "$OUT"
 # Whatever this call carried; a later call's copy (a rebuilt wheel) wins.
-for item in .gpukit/part0* .gpukit/SHA256SUMS.parts .gpukit/tok .gpukit/wheels; do
+for item in .gpukit/part0* .gpukit/chunk.* .gpukit/chunks.txt .gpukit/SHA256SUMS.parts .gpukit/tok .gpukit/wheels; do
   [ -e "$item" ] && cp -r "$item" "$STASH"/
 done
+
+# With the tracked tree at ~16 MB, a 58 MB part no longer fits a 64 MiB call:
+# here the parts are re-cut into chunks (cat part00 part01 part02 | split -b 49000000 -d -a 1 - chunk.,
+# sizes listed in chunks.txt), and once every chunk is on the device the parts are cut back out of them.
+reassemble() {
+  [ -f "$STASH/chunks.txt" ] && [ ! -f "$STASH/part02" ] || return 0
+  local name size offset=0
+  while read -r name size; do [ -f "$STASH/$name" ] || return 0; done < <(grep '^chunk' "$STASH/chunks.txt")
+  (cd "$STASH" && cat $(grep '^chunk' chunks.txt | cut -d' ' -f1)) > /tmp/kit.all
+  while read -r name size; do
+    tail -c +$(( offset + 1 )) /tmp/kit.all | head -c "$size" > "$STASH/$name"
+    offset=$(( offset + size ))
+  done < <(grep '^part' "$STASH/chunks.txt")
+  rm -f /tmp/kit.all "$STASH"/chunk.*
+  (cd "$STASH" && sha256sum -c SHA256SUMS.parts) || rm -f "$STASH"/part0*
+}
+reassemble
 export PYTHONPATH="$SITE" VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 PYTHONUNBUFFERED=1
 
 install() {
@@ -41,7 +63,7 @@ unpack_tokenizer() {
       "$STASH"/tok/tokenizer.json.xz "$STASH"/tok/tokenizer.json
 }
 
-case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|null|guarded}" in
+case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|null|guarded|offline SPEC...}" in
 stash)
   ls -l "$STASH" "$STASH"/wheels "$STASH"/tok 2>/dev/null
   ;;
@@ -74,5 +96,43 @@ bench)
   python3 scripts/gpu_serve_bench.py run /tmp/sb --server "${2:?plain, null or guarded}" --out /tmp/sb-out ${BENCH_ARGS:-}; rc=$?
   tar czf "$OUT"/serve_bench_"$2".tgz -C /tmp/sb-out .
   exit $rc
+  ;;
+offline)
+  t0=$(date +%s)
+  deadline=${DEADLINE:-540}
+  run_s=150  # one paired run: two engines up, warm-up, eight pairs of rounds
+  specs=${2:?offline "RUNNER:MODE ...", RUNNER v1 or v2}
+  tag=$(echo "$specs" | tr ' :' '_-')
+  [ -f "$SITE/.kit-installed" ] || install > "$OUT"/setup.log 2>&1
+  unpack_tokenizer
+  # A second call on the same machine repeats specs of the first: its own folder, its own archive.
+  rm -rf /tmp/bg-out && mkdir -p /tmp/bg-out
+  [ -d /tmp/bg/llama-1.5b-random ] || python3 benchmarks/bench_gpu.py make /tmp/bg --tokenizer "$STASH"/tok > /tmp/bg-out/make.log 2>&1 \
+      || { tail -20 /tmp/bg-out/make.log; tar czf "$OUT"/offline_"$tag".tgz -C /tmp/bg-out .; exit 1; }
+  nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+  failed=0
+  : > /tmp/bg-out/runs.txt
+  for spec in $specs; do
+    runner=${spec%%:*} mode=${spec#*:}
+    case $runner in v1) v2flag=0 ;; v2) v2flag=1 ;; *) echo "bad runner in $spec"; exit 2 ;; esac
+    elapsed=$(( $(date +%s) - t0 ))
+    if (( elapsed + run_s > deadline )); then
+      echo "[offline] skipped $spec: ${elapsed}s in, a run takes ~${run_s}s, deadline ${deadline}s" | tee -a /tmp/bg-out/runs.txt
+      continue
+    fi
+    log=/tmp/bg-out/paired-$runner-$mode.log
+    t1=$(date +%s)
+    # A hung engine is cut off before the device's own limit, so the archive is still packed.
+    VLLM_USE_V2_MODEL_RUNNER=$v2flag timeout -k 10 $(( ${CALL_LIMIT:-585} - elapsed )) python3 benchmarks/bench_gpu.py paired /tmp/bg --modes plain-default "$mode" \
+        --rounds "${PAIRS:-8}" --out /tmp/bg-out > "$log" 2>&1; rc=$?
+    (( rc == 0 )) || failed=1
+    echo "[offline] $spec rc=$rc $(( $(date +%s) - t1 ))s tracebacks=$(grep -c Traceback "$log")" | tee -a /tmp/bg-out/runs.txt
+    grep -h "RESULT" "$log" | python3 -c "import json,sys; r=json.loads(sys.stdin.read()[7:]); print(' ', r['median_ratio'], r['blocked_per_round'])" 2>/dev/null
+    (( rc == 0 )) || tail -5 "$log"
+    # The packing after every run: a call cut off at its limit still brings back what finished.
+    tar czf "$OUT"/offline_"$tag".tgz -C /tmp/bg-out .
+  done
+  tar czf "$OUT"/offline_"$tag".tgz -C /tmp/bg-out .
+  exit $failed
   ;;
 esac
