@@ -31,7 +31,7 @@ def decide_hook(runtime, lifecycle):
         if runtime.decided_this_step or logits is None:
             return None  # prompt logprobs call the logits processor again
         runtime.decided_this_step = True
-        lifecycle.keep_token_scores(runtime)  # before decisions clear the captures
+        lifecycle.prefix.keep_token_scores(runtime)  # before decisions clear the captures
         due = [r for r in runtime.rows if (r.state.decided and r.state.late_error) or (r.last_row is not None and not r.state.decided)]
         # One logits row per request of the step, or no row can be trusted.
         rows_match = logits.dim() == 2 and logits.shape[0] == lifecycle.num_rows
@@ -100,7 +100,7 @@ class StepDecisions:
             if state.error:
                 raise RuntimeError(state.error)
             if state.captures.start:  # prompt tokens this request did not compute
-                lifecycle.fill_prefix(state)
+                lifecycle.prefix.fill(state)
             if state.query_span is not None:
                 state.calibration = lifecycle.calibrations.take(state.key)
             started = time.perf_counter()

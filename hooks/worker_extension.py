@@ -134,30 +134,31 @@ class InnerguardWorkerExtension(RecordMixin):
         lifecycle = self._innerguard()
         runtime = GuardRuntime(plan, modules, vectors, start_signals, decide).install(lifecycle)
         lifecycle.attach()
-        lifecycle.stage(runtime)
+        lifecycle.plans.stage(runtime)
         return {
             "runner": lifecycle.reader.name,
             "hook_points": runtime.hook_points,
             "bundle_hash": plan.bundle_hash,
             "enforce_eager": bool(runner.model_config.enforce_eager),
             "graphs": cached_graphs.origin(runner.model_config),
-            "reads_kv_cache": lifecycle.reads_kv_cache(modules),
-            "reads_token_scores": lifecycle.reads_token_scores(),
+            "reads_kv_cache": lifecycle.prefix.reads_kv_cache(modules),
+            "reads_token_scores": lifecycle.prefix.reads_token_scores(),
         }
 
     def innerguard_commit(self, bundle_hash: str) -> None:
         """The staged plan becomes current; the previous one retires."""
-        self._innerguard().commit(bundle_hash)
+        self._innerguard().plans.commit(bundle_hash)
 
     def innerguard_rollback(self, bundle_hash: str | None = None) -> bool:
         """Drop the staged plan (its self-check failed); the current one stays."""
-        return self._innerguard().rollback(bundle_hash)
+        return self._innerguard().plans.rollback(bundle_hash)
 
     def innerguard_hook_calls(self, reset: bool = False, bundle_hash: str | None = None) -> dict[str, int]:
         """Hook calls of the plan ``bundle_hash`` (default: the current one)."""
         lifecycle = self._innerguard()
-        runtime = next((r for r in lifecycle.runtimes() if r.bundle == bundle_hash), None) if bundle_hash else None
-        runtime = runtime or lifecycle.current or lifecycle.staged
+        plans = lifecycle.plans
+        runtime = next((r for r in plans.runtimes() if r.bundle == bundle_hash), None) if bundle_hash else None
+        runtime = runtime or plans.current or plans.staged
         calls = {**(runtime.hook_calls if runtime else {}), "step": lifecycle.hook_calls["step"]}
         if reset:
             lifecycle.hook_calls.clear()
@@ -168,8 +169,9 @@ class InnerguardWorkerExtension(RecordMixin):
     def innerguard_kv_readback(self, enabled: bool) -> bool:
         """Whether K and token-probe scores of prefix-cached positions are
         read back; off once the install canary saw a cache hit decide otherwise."""
-        self._innerguard().kv_readback = bool(enabled)
-        return self._innerguard().kv_readback
+        prefix = self._innerguard().prefix
+        prefix.kv_readback = bool(enabled)
+        return prefix.kv_readback
 
     def innerguard_take_results(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         return self._innerguard().results.take(keys)
@@ -188,8 +190,8 @@ class InnerguardWorkerExtension(RecordMixin):
         if result_ttl_s is not None:
             lifecycle.results.ttl_s = lifecycle.calibrations.ttl_s = float(result_ttl_s)
         if retire_grace_s is not None:
-            lifecycle.retire_grace_s = float(retire_grace_s)
-            lifecycle._drop_idle()
+            lifecycle.plans.retire_grace_s = float(retire_grace_s)
+            lifecycle.plans.drop_idle()
 
     def innerguard_uninstall(self) -> None:
         lifecycle = getattr(self, "_innerguard_lifecycle", None)

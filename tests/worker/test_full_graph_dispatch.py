@@ -50,7 +50,7 @@ def _state(decided=True, steers=()):
 
 def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_graph():
     lifecycle = Lifecycle(reader=None)
-    lifecycle.current = object()  # a plan is installed
+    lifecycle.plans.current = object()  # a plan is installed
     add = ActiveSteer(SimpleNamespace(method="add"), "p")
     project = ActiveSteer(SimpleNamespace(method="project"), "p")
     lifecycle.states = {"plain": None, "decoding": _state(steers=[add]), "deciding": _state(decided=False),
@@ -60,5 +60,5 @@ def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_gr
     assert lifecycle._needs_points({"decoding", "deciding"})  # its prompt is being captured
     assert lifecycle._needs_points({"decoding", "projecting"})  # a project steer reads the stream in Python
     assert lifecycle._needs_points({"decoding", "never-seen"})  # new: its prompt may need capture
-    lifecycle.current = None
+    lifecycle.plans.current = None
     assert not lifecycle._needs_points({"never-seen"})  # nothing installed, nothing to run

@@ -125,7 +125,7 @@ def test_a_runner_that_cannot_show_every_block_keeps_nothing_and_says_so_once(ca
     from collections import Counter
     from types import SimpleNamespace
 
-    from innerguard.hooks.lifecycle import Group, RequestState, Rows
+    from innerguard.hooks.request_state import Group, RequestState, Rows
     from innerguard.hooks.runner_view import RowSpan
 
     counters: Counter[str] = Counter()
