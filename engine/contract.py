@@ -13,6 +13,21 @@ The plan itself, the other half of the contract, is ``plan.py``.
 REQUEST_KEY = "innerguard"
 # vLLM's ParallelConfig.worker_extension_cls: the worker's RPC methods.
 EXTENSION = "innerguard.hooks.worker_extension.InnerguardWorkerExtension"
+# The extension's RPC methods, called by name through vLLM's collective_rpc
+# (tests/worker/test_worker_imports.py checks that each one exists).
+RPC_INSTALL = "innerguard_install"  # stage a plan: (plan dict) -> install info
+RPC_COMMIT = "innerguard_commit"  # the staged plan becomes current: (bundle hash)
+RPC_ROLLBACK = "innerguard_rollback"  # drop the staged plan: (bundle hash) -> bool
+RPC_TAKE_RESULTS = "innerguard_take_results"  # finished requests' verdicts: (keys) -> {key: result}
+RPC_HOOK_CALLS = "innerguard_hook_calls"  # (reset, bundle_hash) -> calls per hook
+RPC_KV_READBACK = "innerguard_kv_readback"  # read back prefix-cached K and scores: (enabled) -> bool
+RPC_STATS = "innerguard_stats"  # what the worker holds
+RPC_CONFIGURE = "innerguard_configure"  # (result_ttl_s, retire_grace_s)
+RPC_UNINSTALL = "innerguard_uninstall"
+RPC_RECORD_START = "innerguard_record_start"  # capture (hooks/record.py): (spec) -> info
+RPC_RECORD_TAKE = "innerguard_record_take"  # (keys, call_bytes) -> records
+RPC_RECORD_STATS = "innerguard_record_stats"  # (reset_peak) -> stats
+RPC_RECORD_STOP = "innerguard_record_stop"  # -> stats
 # SchedulerConfig.scheduler_cls: makes a block final inside the engine.
 SCHEDULER = "innerguard.hooks.scheduler.InnerguardScheduler"
 # LoadConfig.load_format of hooks/model_loader.py: the operator's loader, then

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from innerguard.engine.contract import RPC_TAKE_RESULTS
 from innerguard.engine import models
 from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
@@ -237,7 +238,7 @@ class GuardedLLM:
         return outputs
 
     def _take_verdicts(self, waiting: dict[str, PreparedRequest], started: float) -> None:
-        found = self.llm.collective_rpc("innerguard_take_results", args=(list(waiting),))[0]
+        found = self.llm.collective_rpc(RPC_TAKE_RESULTS, args=(list(waiting),))[0]
         for key, result in found.items():
             prepared = waiting.pop(key)
             self._verdicts[key] = result

@@ -15,7 +15,7 @@ import os
 import uuid
 from typing import Any
 
-from innerguard.engine.contract import EXTENSION, GUARD_POINT_OPS, INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, SCHEDULER
+from innerguard.engine.contract import EXTENSION, GUARD_POINT_OPS, INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, RPC_COMMIT, RPC_HOOK_CALLS, RPC_INSTALL, RPC_KV_READBACK, RPC_ROLLBACK, RPC_TAKE_RESULTS, SCHEDULER
 from innerguard.engine.errors import EngineStartError, InnerguardError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.plan import Plan, encode_request_args
@@ -189,12 +189,12 @@ async def _install(engine: "_LLMCalls | _AsyncLLMCalls", plan: Plan) -> dict[str
     from vllm import SamplingParams
 
     try:
-        info = (await engine.rpc("innerguard_install", args=(plan.to_dict(),)))[0]
+        info = (await engine.rpc(RPC_INSTALL, args=(plan.to_dict(),)))[0]
     except Exception as exc:
         raise _install_error(exc) from None
     bundle = plan.bundle_hash
     try:
-        await engine.rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle})
+        await engine.rpc(RPC_HOOK_CALLS, kwargs={"reset": True, "bundle_hash": bundle})
         key = f"innerguard-self-check#{uuid.uuid4().hex[:12]}"
         twins = canary.requests(plan, engine.tokenizer())
         await engine.generate([({"prompt_token_ids": _PROBE_TOKENS}, SamplingParams(max_tokens=1), f"{key}-forward")])
@@ -202,28 +202,28 @@ async def _install(engine: "_LLMCalls | _AsyncLLMCalls", plan: Plan) -> dict[str
         # The twins run behind a decoy, in one batch (canary.py says why).
         await engine.generate([({"prompt_token_ids": canary.DECOY_TOKENS}, SamplingParams(max_tokens=1), f"{key}-decoy"),
                                *((_prompt(t), _canary_params(t), t.key) for t in twins)])
-        calls = (await engine.rpc("innerguard_hook_calls", kwargs={"reset": True, "bundle_hash": bundle}))[0]
-        results = (await engine.rpc("innerguard_take_results", args=([key, *(t.key for t in twins)],)))[0]
+        calls = (await engine.rpc(RPC_HOOK_CALLS, kwargs={"reset": True, "bundle_hash": bundle}))[0]
+        results = (await engine.rpc(RPC_TAKE_RESULTS, args=([key, *(t.key for t in twins)],)))[0]
         failure = _self_check_failure(info, calls, len(probe.outputs[0].token_ids) if probe else 0, plan, twins, results)
     except Exception as exc:
         failure = f"self-check failed: {type(exc).__name__}: {exc}"
     if failure:
-        await engine.rpc("innerguard_rollback", args=(bundle,))
+        await engine.rpc(RPC_ROLLBACK, args=(bundle,))
         raise _self_check_error(failure)
     if info.get("reads_kv_cache"):
         try:
             pair = canary.kv_pair(plan, engine.tokenizer(), bool(info.get("reads_token_scores")))
             outs = [(await engine.generate([(_prompt(r), _canary_params(r), r.key)]))[0] for r in pair]
             info["kv_canary_cached_tokens"] = cached = _cached_tokens(outs)
-            results = (await engine.rpc("innerguard_take_results", args=([r.key for r in pair],)))[0]
+            results = (await engine.rpc(RPC_TAKE_RESULTS, args=([r.key for r in pair],)))[0]
             wrong = canary.kv_failure(pair, results, cached)
         except Exception as exc:
             wrong = f"{type(exc).__name__}: {exc}"
         if wrong:
-            await engine.rpc("innerguard_kv_readback", args=(False,))
+            await engine.rpc(RPC_KV_READBACK, args=(False,))
             info["reads_kv_cache"] = info["reads_token_scores"] = False
             _warn_kv_readback_off(wrong)
-    await engine.rpc("innerguard_commit", args=(bundle,))
+    await engine.rpc(RPC_COMMIT, args=(bundle,))
     return info
 
 

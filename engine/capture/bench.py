@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from innerguard.engine.contract import RPC_RECORD_STATS
+
 POOL = ("The cat sat on the mat all day and watched the birds outside. Quarterly revenue rose four percent, "
         "driven by strong sales in Europe. The recipe needs two eggs, a cup of flour and a pinch of salt. "
         "Our meeting moved to Thursday at ten; please bring the slides. Rain is expected tomorrow across the "
@@ -144,7 +146,7 @@ def run_grid(model: str, *, lengths=(16, 64, 256, 512), requests: int = 8, max_t
     setup["prompt_tokens"] = {str(n): statistics.mean(v) for n, v in prompt_tokens.items()}
 
     def worker_peak(reset: bool) -> int | None:
-        return llm.collective_rpc("innerguard_record_stats", kwargs={"reset_peak": reset})[0].get("peak_rss_bytes")
+        return llm.collective_rpc(RPC_RECORD_STATS, kwargs={"reset_peak": reset})[0].get("peak_rss_bytes")
 
     def plain(length: int) -> dict[str, Any]:
         engine = llm.llm_engine
@@ -214,7 +216,7 @@ def run_grid(model: str, *, lengths=(16, 64, 256, 512), requests: int = 8, max_t
             return {"wall_s": wall, "latency_s": wall, "tensor_bytes": 0, "disk_bytes": 0}
 
         def guarded_peak(reset: bool) -> int | None:
-            return guarded.llm.collective_rpc("innerguard_record_stats", kwargs={"reset_peak": reset})[0].get("peak_rss_bytes")
+            return guarded.llm.collective_rpc(RPC_RECORD_STATS, kwargs={"reset_peak": reset})[0].get("peak_rss_bytes")
 
         guarded.run([{**r, "policies": ["injection"]} for r in rows[lengths[0]]], params)  # warm-up
         for round_ in range(repeats):

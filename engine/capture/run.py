@@ -46,7 +46,7 @@ from innerguard.engine.errors import InnerguardError
 from innerguard.engine.logging import get_logger
 from innerguard.engine.requests import GuardRequest, RequestError, select_policies
 from innerguard.engine.requests.spans import render
-from innerguard.engine.contract import EXTENSION, LOAD_FORMAT
+from innerguard.engine.contract import EXTENSION, LOAD_FORMAT, RPC_RECORD_START, RPC_RECORD_STOP, RPC_RECORD_TAKE
 from innerguard.engine.vllm_engine import engine_kwargs as base_engine_kwargs
 from innerguard.engine.vllm_engine import start_llm
 from innerguard.engine.capture.spec import CaptureSpec
@@ -227,7 +227,7 @@ class _Session:
         spec = self.raw_spec.resolve(geometry)
         items = self._prepare(tokenizer, plan, spec, geometry)
         try:
-            info = llm.collective_rpc("innerguard_record_start", args=(spec.worker_spec(self.limits.worker_max_bytes),))[0]
+            info = llm.collective_rpc(RPC_RECORD_START, args=(spec.worker_spec(self.limits.worker_max_bytes),))[0]
         except Exception as exc:
             raise CaptureError(
                 f"the engine cannot record: {type(exc).__name__}: {exc}",
@@ -281,7 +281,7 @@ class _Session:
             raise
         finally:
             bar.close()
-            stats = llm.collective_rpc("innerguard_record_stop")[0]
+            stats = llm.collective_rpc(RPC_RECORD_STOP)[0]
         return self._manifest(items, spec, geometry, model_dir, info, stats, time.time() - started)
 
     def _prepare(self, tokenizer, plan, spec: CaptureSpec, geometry) -> list[_Item]:
@@ -310,7 +310,7 @@ class _Session:
     def _take(self, llm, finished: list[_Item]) -> None:
         keys = [item.key for item in finished]
         while keys:
-            got = llm.collective_rpc("innerguard_record_take", args=(keys, self.limits.call_bytes))[0]
+            got = llm.collective_rpc(RPC_RECORD_TAKE, args=(keys, self.limits.call_bytes))[0]
             for key, info in got["index"].items():
                 self._taken[key] = info
             self.sink.put(got["blob"], got["index"])

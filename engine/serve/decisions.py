@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from innerguard.engine.contract import RPC_TAKE_RESULTS
+
 RETRIES = 3  # a verdict is recorded before the first token is sampled; a late RPC is a race, not absence
 
 
@@ -32,7 +34,7 @@ class DecisionFetcher:
     async def _flush(self) -> None:
         batch, self._waiting, self._scheduled = self._waiting, {}, False
         try:
-            found = (await self._engine.collective_rpc("innerguard_take_results", args=(list(batch),)))[0]
+            found = (await self._engine.collective_rpc(RPC_TAKE_RESULTS, args=(list(batch),)))[0]
         except Exception as exc:  # the engine failed: every waiter learns it has no verdict
             found = {}
             error = exc

@@ -45,3 +45,15 @@ def test_the_contract_imports_nothing():
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr[-2000:]
     assert eval(run.stdout.strip().splitlines()[-1]) == ["innerguard", "innerguard.engine", "innerguard.engine.contract"]
+
+
+def test_every_rpc_name_of_the_contract_is_a_method_of_the_worker_extension():
+    from innerguard.engine import contract
+    from innerguard.hooks.worker_extension import InnerguardWorkerExtension
+
+    names = {k: v for k, v in vars(contract).items() if k.startswith("RPC_")}
+    assert len(names) >= 13
+    missing = sorted(v for v in names.values() if not callable(getattr(InnerguardWorkerExtension, v, None)))
+    assert missing == []
+    offered = {m for m in dir(InnerguardWorkerExtension) if m.startswith("innerguard_") and callable(getattr(InnerguardWorkerExtension, m))}
+    assert offered == set(names.values()), "a worker RPC method without its contract name, or the reverse"
