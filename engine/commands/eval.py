@@ -23,12 +23,13 @@ def register(subparsers) -> None:
 data rows (one JSON object per line):
   {"instruction": "Summarise the email.", "data": "untrusted text...", "label": 1, "style": "email"}
   {"messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}], "label": 0}
-  label 1: the policy should act (block); label 0: it should not. 'style' groups the per-style report.
+  label 1: the policy should act (block, or steer/flag for a policy without a block rule); label 0: it should not. 'style' groups the per-style report.
 
 the score: --score SIGNAL (or POLICY.SIGNAL, or A,B for their maximum); default: the numeric
 signals the first block rule compares with a constant in the same direction, combined by max
 ('p8 > 0.9 or p12 > 0.9' -> max(p8, p12)) or min (for '<'). 'focus < 0.24': low = positive.
-"blocked" uses the policy's own rules and thresholds (the rule's action, also in shadow/warn mode).
+"acted" uses the policy's own rules and thresholds: the block rule, or for a policy that only steers or flags its
+first such rule on a numeric signal (the rule's action, also in shadow/warn mode).
 
 --calibrate proposes a threshold on the score for --target-fpr on THESE rows: calibrate on a
 calibration split and report on a held-out one.
@@ -42,7 +43,7 @@ calibration split and report on a held-out one.
     parser.add_argument("--plot", help="write a PNG: ROC curve and score distributions with thresholds")
     parser.add_argument("--calibrate", action="store_true", help="propose a threshold for --target-fpr")
     parser.add_argument("--target-fpr", type=float, default=0.02, help="for --calibrate (default 0.02)")
-    parser.add_argument("--scores-out", help="write one JSON line per row: id, label, style, tokens, blocked, signals")
+    parser.add_argument("--scores-out", help="write one JSON line per row: id, label, style, tokens, acted (the measured rule fired), signals")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--cache-dir", help="model cache folder")
     add_enforce_eager(parser)
@@ -82,7 +83,7 @@ def _eval(args: argparse.Namespace) -> int:
         with open(args.scores_out, "w", encoding="utf-8") as f:
             for r in results:
                 f.write(json.dumps({"id": r.id, "label": r.label, "style": r.style, "prompt_tokens": r.prompt_tokens,
-                                    "blocked": r.blocked, "signals": r.signals, "error": r.error}) + "\n")
+                                    "acted": r.acted, "signals": r.signals, "error": r.error}) + "\n")
     if args.plot:
         from innerguard.engine.evaluate.plot import write_plot
 

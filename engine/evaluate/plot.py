@@ -26,8 +26,9 @@ def write_plot(path: str | Path, results: Sequence[RowResult], report: dict[str,
     c = report["confusion"]
     if c["fpr"] is not None and c["recall"] is not None:
         roc.plot([c["fpr"]], [c["recall"]], "o", color="red", label=f"policy verdict (FPR {c['fpr']:.3f}, TPR {c['recall']:.3f})")
-    roc.set_xlabel("false positive rate (benign blocked)")
-    roc.set_ylabel("true positive rate (injections blocked)")
+    action = score.get("action", "block")
+    roc.set_xlabel(f"false positive rate (label 0 rows the policy's rule would {action})")
+    roc.set_ylabel(f"true positive rate (label 1 rows the policy's rule would {action})")
     roc.set_title(f"{report['policy']} {report['version']}: ROC")
     roc.legend(loc="lower right", fontsize=8, framealpha=0.9)
     roc.grid(alpha=0.3)
@@ -44,10 +45,10 @@ def write_plot(path: str | Path, results: Sequence[RowResult], report: dict[str,
         calibrated = None if calibrated is None else _logit(calibrated)
     lo, hi = min(values), max(values)
     bins = [lo + (hi - lo) * i / 40 for i in range(41)] if hi > lo else 10
-    hist.hist([v for v, y in zip(values, labels) if not y], bins=bins, alpha=0.6, label="label 0 (benign)", color="tab:blue")
-    hist.hist([v for v, y in zip(values, labels) if y], bins=bins, alpha=0.6, label="label 1 (injected)", color="tab:orange")
+    hist.hist([v for v, y in zip(values, labels) if not y], bins=bins, alpha=0.6, label="label 0 (should pass)", color="tab:blue")
+    hist.hist([v for v, y in zip(values, labels) if y], bins=bins, alpha=0.6, label=f"label 1 (should {action})", color="tab:orange")
     for t, raw in zip(thresholds, score["thresholds"]):
-        hist.axvline(t, color="red", ls="--", lw=1.5, label=f"block threshold {raw:g}")
+        hist.axvline(t, color="red", ls="--", lw=1.5, label=f"{action} threshold {raw:g}")
     if calibrated is not None:
         hist.axvline(calibrated, color="green", ls=":", lw=1.5, label=f"calibrated ({100 * cal['target_fpr']:g}% FPR) {cal['threshold']:.4g}")
     hist.set_xlabel(f"logit({score['signal']})" if squashed else score["signal"])

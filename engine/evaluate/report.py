@@ -20,7 +20,7 @@ class RowResult:
     label: int
     style: str
     prompt_tokens: int
-    blocked: bool  # the policy's own decision was block
+    acted: bool  # the policy's own rules took the measured action (Score.action: block, or steer/flag)
     score: float | None  # the raw score signal; None when missing
     signals: dict[str, Any]
     error: str | None = None
@@ -37,7 +37,7 @@ def length_bucket(tokens: int) -> str:
 
 def _group(rows: Sequence[RowResult], score: Score) -> dict[str, Any]:
     labels = [r.label for r in rows]
-    confusion = Confusion.of([r.blocked for r in rows], labels)
+    confusion = Confusion.of([r.acted for r in rows], labels)
     scored = [r for r in rows if r.score is not None]
     value = auroc(oriented([r.score for r in scored], score.higher_is_positive), [r.label for r in scored])
     return {"n": len(rows), "positives": sum(labels), "negatives": len(rows) - sum(labels),
@@ -59,10 +59,11 @@ def build_report(results: Sequence[RowResult], score: Score, *, policy_version: 
         "missing_score": len(ok) - len(scored),
         "positives": sum(r.label for r in ok),
         "negatives": sum(1 for r in ok if not r.label),
-        "score": {"signal": score.signal, "higher_is_positive": score.higher_is_positive, "thresholds": list(score.thresholds)},
+        "score": {"signal": score.signal, "higher_is_positive": score.higher_is_positive, "thresholds": list(score.thresholds),
+                  "action": score.action},
         "auroc": auroc(values, labels),
         "tpr_at_fpr": {},
-        "confusion": Confusion.of([r.blocked for r in ok], [r.label for r in ok]).to_dict(),
+        "confusion": Confusion.of([r.acted for r in ok], [r.label for r in ok]).to_dict(),
         "per_style": {},
         "by_length": {},
         "signals_auroc": {},
@@ -103,6 +104,12 @@ def calibrate(values: Sequence[float], labels: Sequence[int], score: Score, targ
             "fpr": confusion.fpr, "tpr": confusion.tpr}
 
 
+def _acted(report: dict[str, Any]) -> str:
+    """The measured action as a past participle: blocked, steered, flagged."""
+    action = report["score"].get("action", "block")
+    return {"block": "blocked", "steer": "steered", "flag": "flagged", "warn": "warned"}.get(action, action)
+
+
 def _pct(value: float | None) -> str:
     return "   -  " if value is None else f"{100 * value:5.1f}%"
 
@@ -125,7 +132,7 @@ def format_text(report: dict[str, Any]) -> str:
         f"score: {s['signal']} ({'high' if s['higher_is_positive'] else 'low'} = positive; block thresholds {s['thresholds']})",
         f"AUROC {_num(report['auroc'])}; " + "; ".join(
             f"TPR at {100 * float(k):g}% FPR {_pct(v['tpr'])} (threshold {_num(v['threshold'])})" for k, v in report["tpr_at_fpr"].items()),
-        f"at the policy's own thresholds (blocked): precision {_pct(c['precision'])} recall/TPR {_pct(c['recall'])} "
+        f"at the policy's own thresholds ({_acted(report)}): precision {_pct(c['precision'])} recall/TPR {_pct(c['recall'])} "
         f"FPR {_pct(c['fpr'])}  (tp {c['tp']}, fp {c['fp']}, tn {c['tn']}, fn {c['fn']})",
         f"  95% intervals (Wilson): recall/TPR {_interval(c['recall_95'])}, FPR {_interval(c['fpr_95'])}",
     ]

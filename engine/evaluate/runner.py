@@ -28,7 +28,7 @@ def result_of(row: LabelledRow, out: Any, score: Score) -> RowResult:
         label=row.label,
         style=row.style,
         prompt_tokens=out.prefill_tokens or 0,
-        blocked=bool(decision) and (decision.get("rule_action") or decision.get("action")) == "block",
+        acted=bool(decision) and (decision.get("rule_action") or decision.get("action")) == score.action,
         score=score.value(signals),
         signals=signals,
         error=error,

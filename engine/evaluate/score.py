@@ -29,6 +29,7 @@ class Score:
     signals: tuple[str, ...]  # qualified: policy.signal
     higher_is_positive: bool
     thresholds: tuple[float, ...] = field(default=())
+    action: str = "block"  # the rule whose verdict is measured: block, or the acting rule of a policy without one
 
     @property
     def short(self) -> str:
@@ -66,6 +67,10 @@ def choose_score(plan: Plan, requested: str | None = None) -> Score:
     """``requested``: ``SIGNAL``, ``POLICY.SIGNAL`` or several joined by commas."""
     policy = _policy(plan, requested)
     blocks = [r for r in policy.rules if r.action == "block"]
+    if not blocks:
+        # A policy that steers or flags is measured on the rule that acts.
+        blocks = [r for r in policy.rules if r.action != "allow" and any(True for _ in comparisons(r.condition))][:1]
+    action = blocks[0].action if blocks else "block"
     found = [c for r in blocks for c in comparisons(r.condition)]
     if requested:
         names = [n.strip().split(".", 1)[-1] for n in requested.split(",")]
@@ -77,14 +82,14 @@ def choose_score(plan: Plan, requested: str | None = None) -> Score:
         up = first[0][1] in (">", ">=")
         names = list(dict.fromkeys(sig for sig, op, _ in first if (op in (">", ">=")) == up))
     else:
-        raise ScoreError(f"policy {policy.name!r} has no block rule comparing a numeric signal with a constant",
+        raise ScoreError(f"policy {policy.name!r} has no rule that acts on a numeric signal compared with a constant",
                          hint="name the score with --score SIGNAL")
     ops = [op for signal, op, _ in found if signal in names]
     # A signal no block rule compares: assume high = positive (probabilities).
     higher = not ops or ops[0] in (">", ">=")
     thresholds = tuple(sorted({value for signal, _, value in found if signal in names}))
     return Score(policy=policy.name, signals=tuple(f"{policy.name}.{n}" for n in names), higher_is_positive=higher,
-                 thresholds=thresholds)
+                 thresholds=thresholds, action=action)
 
 
 def _policy(plan: Plan, requested: str | None) -> PolicyProgram:

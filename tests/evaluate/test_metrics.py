@@ -111,9 +111,15 @@ def test_a_named_score_must_exist():
         choose_score(_plan(("a > 0.9", "block")), "nope")
 
 
-def test_no_numeric_block_rule_asks_for_a_score():
+def test_a_policy_without_a_block_rule_is_measured_on_its_acting_rule():
+    score = choose_score(_plan(("a > 0.18", "steer"), ("b > 0.9", "flag")))
+    assert score.signals == ("p.a",) and score.higher_is_positive and score.thresholds == (0.18,) and score.action == "steer"
+    assert choose_score(_plan(("a > 0.9", "block"), ("b > 0.5", "steer"))).action == "block"
+
+
+def test_no_rule_on_a_numeric_signal_asks_for_a_score():
     with pytest.raises(ScoreError, match="--score"):
-        choose_score(_plan(("a > 0.9", "flag")))
+        choose_score(_plan(("true", "steer")))
 
 
 def test_rows_need_a_label_and_text(tmp_path):

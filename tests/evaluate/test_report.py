@@ -7,7 +7,7 @@ from innerguard.engine.evaluate.score import Score
 
 
 def _row(i: int, tokens: int, label: int, blocked: bool) -> RowResult:
-    return RowResult(id=f"r{i}", label=label, style="email", prompt_tokens=tokens, blocked=blocked,
+    return RowResult(id=f"r{i}", label=label, style="email", prompt_tokens=tokens, acted=blocked,
                      score=float(blocked), signals={"p.s": float(blocked)})
 
 
