@@ -36,7 +36,7 @@ def test_vectors_have_the_hidden_size_and_record_their_layer(name, model_fingerp
     assert meta["model_name"] == MODEL and meta["hidden_size"] == "576"
     # Steering stays below layer 12, where the residual norm jumps ~10x; the
     # probe reads the layer the shipped policy names.
-    assert int(meta["layer"]) == (16 if name == "medical-concept" else 8)
+    assert int(meta["layer"]) == (_policy_layer("medical-topic-steer", "medical") if name == "medical-concept" else 8)
     assert meta["model_fingerprint"] == model_fingerprint
 
 
@@ -44,3 +44,10 @@ def test_steering_vector_is_scaled_relative_to_the_residual_norm():
     tensors, meta = read("caution-steer")
     ratio = float(tensors["vector"].norm()) / float(meta["residual_norm"])
     assert ratio == pytest.approx(float(meta["relative_norm"]), rel=1e-3)
+
+
+def _policy_layer(policy: str, signal: str) -> int:
+    import yaml
+
+    data = yaml.safe_load((ARTIFACTS.parent / f"{policy}.yaml").read_text())
+    return int(data["signals"][signal]["layer"])

@@ -35,7 +35,7 @@ def write_vector(path: Path, *, size=HIDDEN, layer=8, key="vector", dtype=np.flo
 def make_shipped_artifacts(folder: Path) -> None:
     art = folder / "artifacts"
     write_heads(art / "smollm2-135m-instruct.injection-heads.safetensors")
-    write_vector(art / "smollm2-135m-instruct.medical-concept.safetensors", key="weight", layer=16)
+    write_vector(art / "smollm2-135m-instruct.medical-concept.safetensors", key="weight", layer=24)  # the policy's layer
     write_vector(art / "smollm2-135m-instruct.caution-steer.safetensors")
     write_token_probe(art / "smollm2-135m-instruct.injection-token-probe.safetensors", layers=range(3, 30, 3))
 
