@@ -129,7 +129,7 @@ def format_text(report: dict[str, Any]) -> str:
         f"policy {report['policy']} {report['version']} on {report['data']}: {report['rows']} rows "
         f"({report['positives']} positive, {report['negatives']} negative, {report['errors']} errors, "
         f"{report['missing_score']} without a score)",
-        f"score: {s['signal']} ({'high' if s['higher_is_positive'] else 'low'} = positive; block thresholds {s['thresholds']})",
+        f"score: {s['signal']} ({'high' if s['higher_is_positive'] else 'low'} = positive; {s.get('action', 'block')} thresholds {s['thresholds']})",
         f"AUROC {_num(report['auroc'])}; " + "; ".join(
             f"TPR at {100 * float(k):g}% FPR {_pct(v['tpr'])} (threshold {_num(v['threshold'])})" for k, v in report["tpr_at_fpr"].items()),
         f"at the policy's own thresholds ({_acted(report)}): precision {_pct(c['precision'])} recall/TPR {_pct(c['recall'])} "
