@@ -65,16 +65,19 @@ WORDS = ("the of and to in is that for it as was with be by on not he this are o
          "they you were her all she there would their we him been has when who will more no if out so said what up "
          "its about into than them can only other new some could time these two may then do first any my now").split()
 
+
+def _policy(name: str, description: str, body: str, spans: bool = True) -> str:
+    """A bench policy: the shared header, then its signals and rules."""
+    head = (f"apiVersion: innerguard/v1\nkind: Policy\n"
+            f"metadata: {{name: {name}, version: 1.0.0, owner: bench, description: {description}}}\n"
+            "mode: enforce\non_error: fail-open\n")
+    if spans:
+        head += "spans:\n  trusted: {roles: [system]}\n  untrusted: {roles: [user]}\n"
+    return head + body
+
+
 POLICIES = {
-    "injection.yaml": f"""\
-apiVersion: innerguard/v1
-kind: Policy
-metadata: {{name: injection, version: 1.0.0, owner: bench, description: attention-tracker focus on 48 heads; flags only}}
-mode: enforce
-on_error: fail-open
-spans:
-  trusted: {{roles: [system]}}
-  untrusted: {{roles: [user]}}
+    "injection.yaml": _policy("injection", "attention-tracker focus on 48 heads; flags only", f"""\
 signals:
   focus:
     analyzer: attention_tracker
@@ -83,13 +86,8 @@ rules:
   - id: flag-low-focus
     when: focus < 0.01
     action: flag
-""",
-    "steer.yaml": f"""\
-apiVersion: innerguard/v1
-kind: Policy
-metadata: {{name: steer, version: 1.0.0, owner: bench, description: one steered layer on every generated token}}
-mode: enforce
-on_error: fail-open
+"""),
+    "steer.yaml": _policy("steer", "one steered layer on every generated token", f"""\
 rules:
   - id: always-steer
     when: true
@@ -100,18 +98,10 @@ rules:
       coefficient: 0.5
       positions: generated
       method: add
-""",
+""", spans=False),
     # The threshold is out of reach of a random probe: the rule never fires,
     # so the engine pays for the probe and generates every token.
-    "probe.yaml": f"""\
-apiVersion: innerguard/v1
-kind: Policy
-metadata: {{name: probe, version: 1.0.0, owner: bench, description: token probe on every fourth layer; flags only}}
-mode: enforce
-on_error: fail-open
-spans:
-  trusted: {{roles: [system]}}
-  untrusted: {{roles: [user]}}
+    "probe.yaml": _policy("probe", "token probe on every fourth layer; flags only", f"""\
 signals:
   injected:
     analyzer: token_probe
@@ -121,7 +111,7 @@ signals:
     weights: {{artifact: artifacts/probe.safetensors}}
 rules:
   - {{id: flag-injected, when: injected > 1000, action: flag}}
-""",
+"""),
 }
 
 
