@@ -3,11 +3,16 @@
 third-party text, chosen on the development split, then measured once on
 the held-out split, all with SmolLM2-135M-Instruct inside vLLM.
 
-    python3 scripts/gpu_realtext.py fit OUT      # capture, fit the candidates, choose on real-dev
-    python3 scripts/gpu_realtext.py eval OUT     # innerguard eval of the chosen policy (held-out once)
+    python3 scripts/gpu_realtext.py capture OUT real-fit.jsonl     # one call each: the residuals,
+    python3 scripts/gpu_realtext.py capture OUT fit.jsonl real-dev.jsonl  # kept in OUT/rows-*.pt
+    python3 scripts/gpu_realtext.py fit OUT      # fit the candidates, choose on real-dev
+    python3 scripts/gpu_realtext.py eval OUT real-test [test real-dev]  # innerguard eval of the chosen policy
 
-A 2-core CPU captures about 150 prompt tokens a second; the three real-text
-splits hold 2.8 million, so this runs where a second is 100,000 tokens.
+A 2-core CPU captures about 150 prompt tokens a second; on an H200 the
+capture ran at 6,362 data tokens a second (2026-12-03, ``timing``), and the
+three splits fitted on hold 2.1 million. So the work is cut into calls
+that each end well inside a device call's 600 s, and the captured rows
+wait on the device's disk between them.
 ``scripts/gpu_realtext.sh`` installs the kit and the model on the device.
 
 What chooses what (nothing here reads real-test.jsonl before ``eval``):
@@ -78,8 +83,9 @@ def _fit_one(name: str) -> tuple[str, dict]:
 
     from innerguard.engine.build.token_probe import TokenProbeParams, fit_rows
 
-    # A forked child must not enter the OpenMP pool its parent started: it hangs.
-    torch.set_num_threads(1)
+    # A forked child must not enter the OpenMP pool its parent started (it
+    # hangs): each starts its own, with its share of the cores.
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // len(CANDIDATES)))
 
     data, window = CANDIDATES[name]
     rows = _ROWS[data]
@@ -119,25 +125,55 @@ def choose(candidates: dict) -> str:
     return max(candidates, key=lambda n: candidates[n]["dev_auroc"])
 
 
-def fit(out: Path) -> int:
+def _rows_file(out: Path, name: str) -> Path:
+    return out / f"rows-{name.removesuffix('.jsonl')}.pt"
+
+
+def capture(out: Path, names: list[str]) -> int:
+    """The data-token residuals of each named file, saved as float16 (half the
+    disk; the probe's fit reads them back as float32)."""
+    import torch
+
     from innerguard.engine.build import data as data_lib
-    from innerguard.engine.build.engine import model_dir_of, recording_engine
-    from innerguard.engine.build.recipe import save
-    from innerguard.engine.build.token_probe import built_from_rows, captured_rows
-    from innerguard.engine.evaluate.metrics import Confusion, auroc
+    from innerguard.engine.build.engine import recording_engine
+    from innerguard.engine.build.token_probe import captured_rows
 
     out.mkdir(parents=True, exist_ok=True)
+    t = time.time()
+    with recording_engine(MODEL) as llm:
+        _log(f"engine started in {time.time() - t:.0f} s")
+        for name in names:
+            t = time.time()
+            rows = captured_rows(llm, data_lib.read_jsonl(_data_file(name, out), "--data"), LAYERS, progress=False)
+            tokens = sum(len(r.tokens) for r in rows)
+            captured = time.time() - t
+            torch.save([replace(r, tokens=r.tokens.half()) for r in rows], _rows_file(out, name))
+            _log(f"captured {name}: {len(rows)} rows, {tokens} data tokens in {captured:.0f} s "
+                 f"({tokens / captured:.0f}/s), saved in {time.time() - t - captured:.0f} s")
+    return 0
+
+
+def _load_rows(out: Path, name: str) -> list:
+    import torch
+
+    rows = torch.load(_rows_file(out, name), weights_only=False)
+    return [replace(r, tokens=r.tokens.float()) for r in rows]
+
+
+def fit(out: Path) -> int:
+    from innerguard.engine import models
+    from innerguard.engine.build import data as data_lib
+    from innerguard.engine.build.recipe import save
+    from innerguard.engine.build.token_probe import built_from_rows
+    from innerguard.engine.evaluate.metrics import Confusion, auroc
+
     combined_data()
     summary: dict = {"candidates": {}, "layers": LAYERS}
-    sources = {name: data_lib.read_jsonl(_data_file(name, out), "--data") for name in ("fit.jsonl", "real-fit.jsonl", "real-dev.jsonl")}
-    with recording_engine(MODEL) as llm:
-        model_dir = model_dir_of(llm)
-        for name, source in sources.items():
-            t = time.time()
-            _ROWS[name] = captured_rows(llm, source, LAYERS, progress=False)
-            tokens = sum(len(r.tokens) for r in _ROWS[name])
-            summary[f"capture_{name}"] = {"rows": len(_ROWS[name]), "tokens": tokens, "seconds": round(time.time() - t, 1)}
-            _log(f"captured {name}: {len(_ROWS[name])} rows, {tokens} data tokens in {time.time() - t:.0f} s")
+    model_dir = models.resolve(MODEL)
+    t = time.time()
+    for name in ("fit.jsonl", "real-fit.jsonl", "real-dev.jsonl"):
+        _ROWS[name] = _load_rows(out, name)
+    _log(f"loaded the captured rows in {time.time() - t:.0f} s")
     _ROWS["fit-and-real-fit.jsonl"] = _ROWS["fit.jsonl"] + _ROWS["real-fit.jsonl"]
     dev_rows = _ROWS["real-dev.jsonl"]
     dev_labels = [r.label for r in dev_rows]
@@ -171,14 +207,14 @@ def fit(out: Path) -> int:
     return 0
 
 
-def evaluate(out: Path) -> int:
+def evaluate(out: Path, splits: list[str]) -> int:
     """innerguard eval, the way a user runs it, on the chosen policy; the text
     report is made from the JSON one (one engine run per split)."""
     from innerguard.engine.evaluate.report import format_text
 
     policy = out / "policy" / "prompt-injection.yaml"
     rc = 0
-    for split in ("real-test", "test", "real-dev"):
+    for split in splits or ("real-test", "test", "real-dev"):
         t = time.time()
         argv = [sys.executable, "-m", "innerguard.engine.cli", "eval", "--policy", str(policy), "--model", MODEL,
                 "--data", str(_data_file(f"{split}.jsonl", out)), "--no-progress", "--format", "json",
@@ -197,13 +233,56 @@ def evaluate(out: Path) -> int:
     return rc
 
 
+def timing(out: Path) -> int:
+    """Where the fit's time goes, on real-dev alone (447 k data tokens): the
+    capture's rate, then one candidate's fit with every core and with one.
+    Each figure is appended to OUT/timing.jsonl as soon as it exists, so a
+    call cut off at its limit still brings back what it measured."""
+    import torch
+
+    from innerguard.engine.build import data as data_lib
+    from innerguard.engine.build.engine import recording_engine
+    from innerguard.engine.build.token_probe import TokenProbeParams, captured_rows, fit_rows
+
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "timing.jsonl"
+
+    def note(**fields) -> None:
+        with open(log, "a") as f:
+            f.write(json.dumps(fields) + "\n")
+        _log(json.dumps(fields))
+
+    source = data_lib.read_jsonl(_data_file("real-dev.jsonl", out), "--data")
+    t = time.time()
+    with recording_engine(MODEL) as llm:
+        note(step="engine_start", seconds=round(time.time() - t, 1))
+        t = time.time()
+        rows = captured_rows(llm, source, LAYERS, progress=False)
+    tokens = sum(len(r.tokens) for r in rows)
+    note(step="capture", rows=len(rows), tokens=tokens, seconds=round(time.time() - t, 1),
+         tokens_per_s=round(tokens / (time.time() - t)), gib=round(tokens * len(LAYERS) * 576 * 4 / 2**30, 2))
+    for threads in (os.cpu_count() or 1, 1):
+        torch.set_num_threads(threads)
+        params = TokenProbeParams(model=MODEL, data="data/injection/real-dev.jsonl", layers=LAYERS, window=16,
+                                  target_fpr=0.02, hard_negatives=2, length_adjust=True)
+        t = time.time()
+        fitted = fit_rows(rows, params)
+        note(step="fit", threads=threads, rows=len(rows), seconds=round(time.time() - t, 1), cv_auroc=fitted.figures["cv_auroc"])
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n\n", 1)[1])
-    parser.add_argument("step", choices=["fit", "eval"])
-    parser.add_argument("out", type=Path, nargs="?", default=Path(os.environ.get("OUT", "realtext-out")))
+    parser.add_argument("step", choices=["capture", "fit", "eval", "timing"])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("names", nargs="*", help="capture: data files under data/injection; eval: splits")
     args = parser.parse_args()
-    return fit(args.out) if args.step == "fit" else evaluate(args.out)
+    if args.step == "capture":
+        return capture(args.out, args.names)
+    if args.step == "eval":
+        return evaluate(args.out, args.names)
+    return {"fit": fit, "timing": timing}[args.step](args.out)
 
 
 if __name__ == "__main__":
