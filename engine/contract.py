@@ -6,6 +6,7 @@ checks them. Kept here, free of imports, so that the worker never has to
 import engine start-up to learn them (tests/worker/test_worker_imports.py).
 The plan itself, the other half of the contract, is ``plan.py``.
 """
+from typing import Any, TypedDict
 
 # The key of a request's innerguard arguments in SamplingParams.extra_args.
 # Over HTTP, vLLM's ``vllm_xargs`` body field fills the same, but it takes only
@@ -37,6 +38,49 @@ INNER_LOAD_FORMAT_KEY = "innerguard_load_format"
 # hooks/guard_points.py's custom ops. On a GPU they split vLLM's piecewise
 # CUDA graphs: the graph pieces replay, the points run between them.
 GUARD_POINT_OPS = ("innerguard::attention_point", "innerguard::layer_point")
+
+
+class PolicyDecision(TypedDict, total=False):
+    """One selected policy's part of a worker result."""
+    policy: str
+    version: str
+    revision: str
+    mode: str  # enforce | shadow
+    action: str  # what was applied: allow | flag | steer | block
+    rule_action: str  # what the matched rule asked for (shadow mode applies less)
+    applied: bool
+    rule: str | None
+    signals: dict[str, Any]  # the values the rule read; None where a signal failed
+    message: str | None
+    error: str | None
+
+
+class WorkerResult(TypedDict, total=False):
+    """A request's verdict as the worker reports it (``RPC_TAKE_RESULTS``)
+    and the engine side reads it: plain data, so it crosses processes as it
+    is. Built in hooks/decisions.py and hooks/decide_step.py, and on the
+    engine side by engine/verdicts.py when the worker reported nothing;
+    tests/worker/test_worker_result.py holds every builder to these keys."""
+    id: str  # the request's innerguard key
+    action: str
+    blocked: bool
+    policy: str | None  # the policy whose rule decided
+    rule: str | None
+    message: str | None  # the refusal text of a block
+    steers: list[str]  # steer ids to apply from the first generated token
+    flags: list[dict[str, Any]]
+    decisions: list[PolicyDecision]
+    signals: dict[str, Any]
+    details: dict[str, Any]  # per-document scores (the reranker)
+    errors: dict[str, str]  # signal or "*" -> why it failed
+    unknown_policies: list[str]
+    bundle: str  # the plan the worker decided under
+    prefill_tokens: int
+    num_prompt_tokens: int
+    analysis_ms: float
+    decision_latency_ms: float
+
+
 
 # The decoder families whose guard points, captures and analyzers are checked
 # against the Hugging Face reference (tests/runtime/test_model_families.py),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from innerguard.engine.contract import WorkerResult
 from innerguard.engine.decide import ERROR_BLOCK_MESSAGE
 from innerguard.engine.requests import PreparedRequest
 from innerguard.engine.spans import CLOSE_MARKER, OPEN_MARKER, TRUSTED_ROLES
@@ -48,7 +49,7 @@ def refuse(request_output: Any, message: str | None, *, n: int = 1, keep_logprob
     return request_output
 
 
-def explain(prepared: PreparedRequest, result: dict[str, Any]) -> dict[str, Any]:
+def explain(prepared: PreparedRequest, result: WorkerResult) -> WorkerResult:
     """``result``, in place, with a refusal that says what to change when
     the policy that blocked it failed closed on a request that gave it no
     untrusted data to check (its own message says only that it could not
@@ -71,7 +72,7 @@ def explain(prepared: PreparedRequest, result: dict[str, Any]) -> dict[str, Any]
     return result
 
 
-def undecided(prepared: PreparedRequest) -> dict[str, Any]:
+def undecided(prepared: PreparedRequest) -> WorkerResult:
     """The worker reported no decision for a guarded request: the guard did
     not run. Closed for every policy that fails closed."""
     error = "no decision recorded: the guard did not run for this request"

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.signals import read_signals
 from innerguard.hooks.tensor_parallel import combine
 
@@ -65,7 +66,7 @@ class _Evaluation:
     state: Any
     signals: tuple[dict[str, Any], dict[str, str]] | None = None
     started: float = 0.0
-    failed: dict[str, Any] | None = None  # the decision, when the analyzers could not even start
+    failed: WorkerResult | None = None  # the decision, when the analyzers could not even start
 
 
 class StepDecisions:
@@ -182,7 +183,7 @@ def _agree(runtime, evaluations: list[_Evaluation]) -> None:
             signals[name] = value
 
 
-def _decision(runtime, evaluation: _Evaluation) -> dict[str, Any]:
+def _decision(runtime, evaluation: _Evaluation) -> WorkerResult:
     state, (signals, errors) = evaluation.state, evaluation.signals
     outcome = runtime.decide(state.policies, signals, errors, state.args)
     done = time.perf_counter()
@@ -201,7 +202,7 @@ def _decision(runtime, evaluation: _Evaluation) -> dict[str, Any]:
     }
 
 
-def _apply(runtime, state, result: dict[str, Any]) -> None:
+def _apply(runtime, state, result: WorkerResult) -> None:
     """``state`` follows ``result``: blocked, or allowed with its steers."""
     state.decided = True
     state.blocked = bool(result.get("blocked"))
@@ -212,7 +213,7 @@ def _apply(runtime, state, result: dict[str, Any]) -> None:
     state.captures.clear()
 
 
-def failed_decision(state, exc: Exception) -> dict[str, Any]:
+def failed_decision(state, exc: Exception) -> WorkerResult:
     """The guard could not evaluate: every policy's error mode decides, and
     arguments the worker could not read always block."""
     closed = [p for p in state.policies if p.on_error == "fail-closed" and p.mode == "enforce"]

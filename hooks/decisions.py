@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from innerguard.engine.contract import WorkerResult
 from innerguard.engine.decide import Evaluator, SignalError
 
 _evaluators: dict[tuple[int, ...], Evaluator] = {}
@@ -21,7 +22,7 @@ def _evaluator(policies) -> Evaluator:
     return evaluator
 
 
-def decide(policies, signals: dict[str, Any], errors: dict[str, str], args: dict[str, Any]) -> dict[str, Any]:
+def decide(policies, signals: dict[str, Any], errors: dict[str, str], args: dict[str, Any]) -> WorkerResult:
     values = {**signals, **{name: SignalError(reason) for name, reason in errors.items()}}
     verdict = _evaluator(policies).evaluate(values)
     return {

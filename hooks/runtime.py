@@ -26,6 +26,7 @@ import torch
 
 from innerguard.engine.plan import Plan, SteerSpec
 from innerguard.hooks.capture import qk_hook, residual_hook, token_probe_hook
+from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.decide_step import decide_hook, fail_closed
 from innerguard.hooks.modules import ModelModules
 from innerguard.hooks import steering_buffers
@@ -44,7 +45,7 @@ class GuardRuntime:
         modules: ModelModules,
         vectors: dict[str, torch.Tensor],
         start_signals: Callable[..., tuple[dict[str, Any], dict[str, str]]],
-        decide: Callable[..., dict[str, Any]],
+        decide: Callable[..., WorkerResult],
     ):
         self.plan = plan
         self.bundle = plan.bundle_hash
