@@ -243,10 +243,20 @@ def read_geometry(model_dir: str | os.PathLike, *, supported_only: bool = True) 
     return geometry
 
 
+# Keys of config.json that say who wrote it, not what the checkpoint is: the
+# same GGUF prepared with transformers 5.17 and 5.19 differs only in this
+# one, and an artifact built on one machine must load on the other.
+WRITER_KEYS = ("transformers_version",)
+
+
 def fingerprint(model_dir: Path) -> str:
-    """sha256 over config.json and the weight files' names and sizes (cheap,
-    yet changes when the checkpoint does)."""
-    h = hashlib.sha256((model_dir / "config.json").read_bytes())
+    """sha256 over config.json (less WRITER_KEYS, keys sorted) and the
+    weight files' names and sizes (cheap, yet changes when the checkpoint
+    does)."""
+    config = json.loads((model_dir / "config.json").read_text())
+    for key in WRITER_KEYS:
+        config.pop(key, None)
+    h = hashlib.sha256(json.dumps(config, sort_keys=True).encode())
     for weights in sorted(model_dir.glob("*.safetensors")):
         h.update(f"{weights.name}:{weights.stat().st_size}".encode())
     return h.hexdigest()

@@ -20,7 +20,9 @@
 #                     (~6 min: setup, engine start ~90 s, 1.64 M data tokens at ~6,400/s)
 #            bash scripts/gpu_realtext.sh capture fit.jsonl real-dev.jsonl      (~4 min)
 #            bash scripts/gpu_realtext.sh fit                 (the candidates in parallel, then the choice on real-dev)
-#            bash scripts/gpu_realtext.sh eval real-test      (held out: once)
+#            bash scripts/gpu_realtext.sh eval real-test      (held out: once; without a fit in this
+#                     device session it scores the shipped policies/prompt-injection.yaml, and needs only the
+#                     stash calls and the model's parts)
 #            bash scripts/gpu_realtext.sh eval test real-dev
 #            (bash scripts/gpu_realtext.sh timing: real-dev alone, the capture's rate and one fit; OUT/timing.jsonl)
 # Each step appends to $OUT/progress.log as it goes, so a call cut off at its limit still says where it was.
@@ -75,6 +77,7 @@ timing)
   ;;
 eval)
   shift
+  setup > "$OUT"/setup.log 2>&1 || { tail -5 "$OUT"/setup.log; exit 1; }
   python3 scripts/gpu_realtext.py eval "$WORK" "$@" 2>&1 | grep --line-buffered -v "^INFO\|Triton" | tee -a "$OUT"/progress.log | tail -80
   rc=${PIPESTATUS[0]}
   tar czf "$OUT"/realtext_eval.tgz -C "$WORK" --exclude='rows-*.pt' policy $(cd "$WORK" && ls eval-* 2>/dev/null)

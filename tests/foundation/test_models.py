@@ -69,6 +69,21 @@ def test_geometry_of_the_prepared_model(smollm2_dir):
     assert len(g.fingerprint) == 64
 
 
+def test_the_fingerprint_ignores_who_wrote_the_config_and_sees_what_it_says(tmp_path):
+    """The same checkpoint prepared by two transformers releases (the GPU kit's
+    5.17 and this venv's 5.19) must carry one fingerprint, or an artifact
+    built on one machine is refused on the other (IG509)."""
+    def checkpoint(name, **config):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 30, "hidden_size": 576, **config}, indent=2))
+        (folder / "model.safetensors").write_bytes(b"\0" * 64)
+        return models.fingerprint(folder)
+
+    assert checkpoint("a", transformers_version="5.17.0") == checkpoint("b", transformers_version="5.19.0")
+    assert checkpoint("c", transformers_version="5.19.0") != checkpoint("d", transformers_version="5.19.0", num_hidden_layers=29)
+
+
 def test_unknown_model_name_is_one_line():
     assert_one_line_error(run_cli("models", "prepare", "gpt-17"), "unknown model 'gpt-17'", "smollm2-135m-instruct")
 

@@ -3,6 +3,7 @@ temporary folders, for the linter's tests. A module of its own (not
 conftest) so that tests import it by a name no other folder shares."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -37,13 +38,17 @@ def make_shipped_artifacts(folder: Path) -> None:
     write_heads(art / "smollm2-135m-instruct.injection-heads.safetensors")
     write_vector(art / "smollm2-135m-instruct.medical-concept.safetensors", key="weight", layer=24)  # the policy's layer
     write_vector(art / "smollm2-135m-instruct.caution-steer.safetensors")
-    write_token_probe(art / "smollm2-135m-instruct.injection-token-probe.safetensors", layers=range(3, 30, 3))
+    # The linter checks the policy's length_adjust against the artifact's (IG306).
+    adjust = re.search(r"^    length_adjust: (\S+)$", (POLICIES / "prompt-injection.yaml").read_text(), re.M)
+    write_token_probe(art / "smollm2-135m-instruct.injection-token-probe.safetensors", layers=range(3, 30, 3),
+                      length_adjust=adjust.group(1) if adjust else None)
 
 
-def write_token_probe(path: Path, *, layers, size=HIDDEN) -> Path:
+def write_token_probe(path: Path, *, layers, size=HIDDEN, length_adjust: str | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     layers = list(layers)
-    meta = {"model_name": MODEL_NAME, "hidden_size": str(size), "layers": ",".join(map(str, layers))}
+    meta = {"model_name": MODEL_NAME, "hidden_size": str(size), "layers": ",".join(map(str, layers)),
+            **({"length_adjust": length_adjust} if length_adjust else {})}
     tensors = {f"weight.{layer}": np.linspace(-1, 1, size, dtype=np.float32) for layer in layers}
     save_file({**tensors, "bias": np.zeros(1, dtype=np.float32)}, str(path), metadata=meta)
     return path

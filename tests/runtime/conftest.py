@@ -2,6 +2,7 @@
 tests/runtime/policies with vector artifacts made here (seeded)."""
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def _length_adjusted_copy(folder: Path) -> None:
     with safe_open(str(source), "pt") as f:
         metadata = {**f.metadata(), "length_adjust": f"{LENGTH_ADJUST:.4f}"}
     save_file(load_file(str(source)), str(folder / "artifacts" / "length-adjusted-probe.safetensors"), metadata=metadata)
-    text = (SHIPPED / "prompt-injection.yaml").read_text()
+    # The shipped policy's own adjustment gives way to this one.
+    text = re.sub(r"    length_adjust: .*\n", "", (SHIPPED / "prompt-injection.yaml").read_text())
     for old, new in (("  name: prompt-injection\n", "  name: prompt-injection-length\n"),
                      ("mode: enforce\n", "mode: enforce\napplies_to: {tags: [length-adjust]}\n"),
                      ("    window: 16\n", f"    window: 16\n    length_adjust: {LENGTH_ADJUST}\n"),

@@ -5,7 +5,10 @@ cache (the scores of cached positions are read back from the steps that
 computed them, hooks/token_score_cache.py), and with a length adjustment."""
 from __future__ import annotations
 
+import json
 import math
+import statistics
+from pathlib import Path
 
 import pytest
 from safetensors import safe_open
@@ -18,6 +21,7 @@ from innerguard.engine.reference.scores import reference_token_probe
 pytestmark = pytest.mark.vllm
 
 SIGNAL = "prompt-injection.injected"  # policies/prompt-injection.yaml, served as tokens.yaml
+DATA = Path(__file__).resolve().parents[2] / "data" / "injection"
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +29,10 @@ def probe(policy_dir):
     path = str(policy_dir / "artifacts" / "smollm2-135m-instruct.injection-token-probe.safetensors")
     tensors = load_file(path)
     with safe_open(path, "pt") as f:
-        window = int(f.metadata()["window"])  # the shipped policy's window is the artifact's
-    return {int(k.split(".")[1]): t for k, t in tensors.items() if k.startswith("weight.")}, float(tensors["bias"][0]), window
+        # the shipped policy's window and length adjustment are the artifact's
+        window, adjust = int(f.metadata()["window"]), float(f.metadata().get("length_adjust", 0))
+    weights = {int(k.split(".")[1]): t for k, t in tensors.items() if k.startswith("weight.")}
+    return weights, float(tensors["bias"][0]), window, adjust
 
 
 def _rows(prefix: str):
@@ -36,7 +42,7 @@ def _rows(prefix: str):
 
 def _check(llm, reference, probe, rows, cached=False):
     model, _ = reference
-    weights, bias, window = probe
+    weights, bias, window, adjust = probe
     outs = llm.run(rows)
     for r, out in zip(rows, outs):
         assert out.error is None, out.error
@@ -44,7 +50,8 @@ def _check(llm, reference, probe, rows, cached=False):
         if cached and len(ids) > 128:  # a whole CPU block of it was served from the cache
             assert out.prefill_tokens < len(ids), (r["id"], out.prefill_tokens, len(ids))
         got = out.signals[SIGNAL]
-        want = reference_token_probe(model, ids, weights, bias, spans["prompt-injection"]["data"], window)
+        want = reference_token_probe(model, ids, weights, bias, spans["prompt-injection"]["data"], window,
+                                     length_adjust=adjust)
         assert abs(got - want) <= 1e-3 + 1e-4 * abs(want), (r["id"], got, want)
     return outs
 
@@ -76,7 +83,7 @@ def test_token_probe_matches_the_reference_in_chunks(chunked, reference, probe):
 
 def test_length_adjust_takes_its_share_of_ln_windows_off_the_score(guarded, reference, probe):
     model, _ = reference
-    weights, bias, window = probe
+    weights, bias, window, shipped_adjust = probe
     rows = [row(i, ["prompt-injection", "prompt-injection-length"], data=d, rid=f"tl{i}")
             for i, d in enumerate([long_text(14), TEXTS[2], "Hi."])]
     for r, out in zip(rows, guarded.run(rows)):
@@ -87,4 +94,31 @@ def test_length_adjust_takes_its_share_of_ln_windows_off_the_score(guarded, refe
         want = reference_token_probe(model, ids, weights, bias, data, window, length_adjust=LENGTH_ADJUST)
         got = out.signals["prompt-injection-length.injected"]
         assert abs(got - want) <= 1e-3 + 1e-4 * abs(want), (r["id"], got, want)
-        assert got == pytest.approx(out.signals[SIGNAL] - LENGTH_ADJUST * math.log(windows), abs=1e-4)
+        raw = out.signals[SIGNAL] + shipped_adjust * math.log(windows)
+        assert got == pytest.approx(raw - LENGTH_ADJUST * math.log(windows), abs=1e-4)
+
+
+def test_benign_scores_do_not_climb_with_length(guarded, shipped_probe):
+    """Issue 32: a maximum over windows grows with the number of windows, so
+    without a length adjustment a long benign document scores higher than
+    a short one and one threshold cannot hold at every length. The same
+    benign third-party documents (the first 12 of real-dev.jsonl with at
+    least 2,100 data tokens, in file order) are cut at 200 and at 2,000
+    tokens: the 2,000-token cut holds the 200-token one, so its raw
+    maximum can only be higher. The margin was written before measuring:
+    the median must move by at most a quarter of the distance from the
+    200-token median to the threshold."""
+    rows = [json.loads(line) for line in (DATA / "real-dev.jsonl").read_text().splitlines()]
+    documents = [r for r in rows if r["label"] == 0 and r["tokens"] >= 2100][:12]
+    assert len(documents) == 12
+    medians = {}
+    for cut in (200, 2000):
+        cut_rows = [{**row(i, ["prompt-injection"], rid=f"len{cut}-{r['id']}"), "instruction": r["instruction"],
+                     "data": guarded.tokenizer.decode(guarded.tokenizer.encode(r["data"], add_special_tokens=False)[:cut])}
+                    for i, r in enumerate(documents)]
+        outs = guarded.run(cut_rows)
+        assert all(o.error is None for o in outs), [o.error for o in outs]
+        medians[cut] = statistics.median(o.signals[SIGNAL] for o in outs)
+    threshold = float(shipped_probe.threshold)
+    assert medians[200] < threshold
+    assert abs(medians[2000] - medians[200]) <= 0.25 * (threshold - medians[200]), (medians, threshold)
