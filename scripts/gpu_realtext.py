@@ -44,11 +44,12 @@ MODEL = "smollm2-135m-instruct"
 LAYERS = (3, 6, 9, 12, 15, 18, 21, 24, 27)
 ARTIFACT = f"{MODEL}.injection-token-probe.safetensors"
 # name -> (data file, window); all with two rounds of hard negatives and a fitted length_adjust.
+# (A third, both-w32, was dropped on 2026-12-04 before any was scored, for device time.)
 CANDIDATES = {
     "real-w16": ("real-fit.jsonl", 16),
     "both-w16": ("fit-and-real-fit.jsonl", 16),
 }
-_ROWS: dict = {}  # the captured rows, shared with the fitting processes by fork
+_ROWS: dict = {}  # the captured rows, by data file
 # A smoke run on a CPU: only the first N rows under 300 data tokens of each file.
 LIMIT = int(os.environ.get("REALTEXT_LIMIT", "0"))
 
@@ -82,8 +83,6 @@ def _fit_one(name: str) -> tuple[str, dict]:
 
     from innerguard.engine.build.token_probe import TokenProbeParams, fit_rows
 
-    # A forked child must not enter the OpenMP pool its parent started (it
-    # hangs): each starts its own, with its share of the cores.
     torch.set_num_threads(os.cpu_count() or 1)
 
     data, window = CANDIDATES[name]

@@ -17,9 +17,9 @@
 #            bash scripts/gpu_realtext.sh stash   carry .gpukit/chunk.3 .gpukit/model/SHA256SUM .gpukit/extra
 #            bash scripts/gpu_realtext.sh stash   carry .gpukit/model/*.part0 .gpukit/model/*.part1
 #            bash scripts/gpu_realtext.sh capture real-fit.jsonl   carry .gpukit/model/*.part2 .gpukit/model/*.part3
-#                     (~6 min: setup, engine start ~90 s, 1.64 M data tokens at ~6,400/s)
+#                     (~6 min: setup, engine start ~60 s, 1.64 M data tokens at ~8,600/s)
 #            bash scripts/gpu_realtext.sh capture fit.jsonl real-dev.jsonl      (~4 min)
-#            bash scripts/gpu_realtext.sh fit                 (the candidates in parallel, then the choice on real-dev)
+#            bash scripts/gpu_realtext.sh fit                 (the candidates one after the other, ~6 min, then the choice on real-dev)
 #            bash scripts/gpu_realtext.sh eval real-test      (held out: once; without a fit in this
 #                     device session it scores the shipped policies/prompt-injection.yaml, and needs only the
 #                     stash calls and the model's parts)
