@@ -49,7 +49,7 @@ class ModelGeometry:
     num_heads: int
     num_kv_heads: int
     head_dim: int
-    fingerprint: str = ""  # sha256 over config.json and weight file names/sizes
+    fingerprint: str = ""  # engine.models.fingerprint: config.json (less its writer's version), weight names/sizes
 
 
 @dataclass(frozen=True)
