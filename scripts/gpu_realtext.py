@@ -36,7 +36,6 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "injection"
@@ -162,7 +161,6 @@ def fit(out: Path) -> int:
     from innerguard.engine import models
     from innerguard.engine.build import data as data_lib
     from innerguard.engine.build.recipe import save
-    from innerguard.engine.build import token_probe
     from innerguard.engine.build.token_probe import built_from_rows
     from innerguard.engine.evaluate.metrics import Confusion, auroc
 
@@ -195,9 +193,7 @@ def fit(out: Path) -> int:
     data, window = CANDIDATES[chosen]
     source = data_lib.read_jsonl(DATA / data if not LIMIT else _data_file("real-fit.jsonl", out), "--data")
     params = fitted_all[chosen]["params"]
-    # built_from_rows would fit the chosen candidate a second time (same result, minutes).
-    with mock.patch.object(token_probe, "fit_rows", lambda rows, params: fitted_all[chosen]["fitted"]):
-        built = built_from_rows(_ROWS[data], params, model_dir, source)
+    built = built_from_rows(_ROWS[data], params, model_dir, source, fitted=fitted_all[chosen]["fitted"])
     folder = out / "policy"
     (folder / "artifacts").mkdir(parents=True, exist_ok=True)
     saved = save(built, str(folder / "artifacts" / ARTIFACT), record_out=f"policies/artifacts/{ARTIFACT}")

@@ -242,11 +242,13 @@ def build_token_probe(target, params: TokenProbeParams, *, progress: bool = Fals
     return built_from_rows(rows, params, model_dir, source)
 
 
-def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, source: data_lib.DataFile) -> Built:
+def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, source: data_lib.DataFile,
+                    fitted: Fitted | None = None) -> Built:
     """The artifact from captured rows (``captured_rows``): a caller that
-    tries several settings on one capture builds each without capturing again."""
+    tries several settings on one capture builds each without capturing again,
+    and passes ``fitted`` (``fit_rows(rows, params)``) when it already has it."""
     geometry = models.read_geometry(model_dir)
-    fitted = fit_rows(rows, params)
+    fitted = fitted or fit_rows(rows, params)
     figures = fitted.figures
 
     hidden = geometry.hidden_size
