@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.lint.artifacts import Header, read_floats, read_header, read_int_pairs
 from innerguard.engine.plan import (
@@ -134,6 +135,12 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                 ))
             if signal.analyzer == "text":
                 needs.append(Need("prompt text (outside the model, RE2)", f"signal {qualified} (text)"))
+            unit = analyzer_units.get(signal.analyzer)
+            if unit is not None:
+                wanted = unit.needs(params)
+                params["residual_layers"] = list(wanted.residual_layers)  # the worker captures these for the request
+                residual_layers.update(wanted.residual_layers)
+                needs.append(Need(wanted.describe, f"signal {qualified} ({signal.analyzer})"))
             analyzers.append(AnalyzerSpec(signal=qualified, kind=signal.analyzer, params=params))
         for rule in policy.rules:
             if rule.action != "steer" or rule.steer is None:

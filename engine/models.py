@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.contract import SUPPORTED_FAMILIES, unsupported_family
 from innerguard.engine.errors import ModelError
 from innerguard.engine.logging import get_logger
@@ -47,7 +48,6 @@ KNOWN_MODELS = {
 }
 
 
-ANALYZERS = ("attention_tracker", "reranker", "probe", "token_probe", "text")
 ATTENTION_ANALYZERS = ("attention_tracker", "reranker")
 # Families whose attention the attention analyzers do not reproduce: they
 # compute softmax(scale * q.k) over the whole prompt, and these families
@@ -63,8 +63,8 @@ def supported_analyzers(architecture: str) -> tuple[str, ...]:
     if architecture not in SUPPORTED_FAMILIES:
         return ()
     if architecture in _NO_ATTENTION_ANALYZERS:
-        return tuple(a for a in ANALYZERS if a not in ATTENTION_ANALYZERS)
-    return ANALYZERS
+        return tuple(a for a in analyzer_units.kinds() if a not in ATTENTION_ANALYZERS)
+    return analyzer_units.kinds()
 
 
 def attention_limit(architecture: str) -> str | None:

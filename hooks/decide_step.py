@@ -17,11 +17,14 @@ from typing import Any
 
 import torch
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.signals import read_signals
 from innerguard.hooks.tensor_parallel import combine
 
-COMPUTED = ("attention_tracker", "probe", "token_probe")  # the signals the worker computes, combined across ranks
+# The signals the worker computes, combined across ranks; analyzer units
+# (engine/analyzers) too, each rank's value being rank 0's.
+COMPUTED = ("attention_tracker", "probe", "token_probe")
 
 BLOCKED_MESSAGE = "This request was blocked because the guard could not evaluate it."
 
@@ -152,7 +155,7 @@ def _agree(runtime, evaluations: list[_Evaluation]) -> None:
         signals, errors = e.signals or ({}, {})
         for name in sorted({s for p in e.state.policies for s in p.signals}):
             spec = runtime.analyzers.get(name)
-            if spec is None or spec.kind not in COMPUTED:
+            if spec is None or (spec.kind not in COMPUTED and analyzer_units.get(spec.kind) is None):
                 continue
             value = signals.get(name)
             share = spec.kind == "attention_tracker" or rank == 0

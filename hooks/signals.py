@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.hooks.analyzers import attention_tracker, probe, reranker, token_probe
 from innerguard.hooks.calibration import geometry_of, query_token_attention
 
@@ -54,6 +55,8 @@ def start_signals(plan, analyzers, state, vectors, modules) -> Signals:
                 signals[name] = _token_probe(spec, state)
             elif spec.kind == "reranker":
                 signals[name] = _relevance(spec, state, geometry, modules)
+            elif (unit := analyzer_units.get(spec.kind)) is not None:
+                signals[name] = unit.compute(spec.params, state.captures)
             else:
                 raise NotImplementedError(f"the {spec.kind} analyzer does not run inside vLLM")
         except Exception as exc:  # recorded and acted on by the error mode

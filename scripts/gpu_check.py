@@ -18,7 +18,8 @@ points). Both check, on one mixed batch and then on some of its prompts again
 (prefix-cache hits: K of cached positions is read back from the KV cache):
   - the install self-check passes and every hook point fires;
   - attention-tracker focus and probe cosine equal the Hugging Face reference
-    (``innerguard.engine.reference``) within 1e-3, prompts chunked or not,
+    (``innerguard.engine.reference``) within 1e-3, and the residual_norm
+    analyzer unit its own reference within 1e-3 relative, prompts chunked or not,
     served from the prefix cache or not;
   - the second pass hit the prefix cache and K of its cached positions was read
     back from vLLM's KV cache (the install's cache canary passed, the worker
@@ -108,9 +109,15 @@ signals:
     layer: {PROBE_LAYER}
     score: cosine
     vector: {{artifact: artifacts/concept.safetensors, key: vector}}
+  size:
+    analyzer: residual_norm
+    layer: {PROBE_LAYER}
 rules:
   - id: flag-topic
     when: concept > 0.99
+    action: flag
+  - id: flag-large-residual
+    when: size > 1000
     action: flag
 """,
     "blocker.yaml": """\
@@ -241,6 +248,7 @@ def check(workdir: Path, eager: bool) -> int:
     from innerguard.engine.guarded import GuardedLLM
     from innerguard.engine.vllm_engine import install_plan
     from innerguard.engine.reference.model import load_reference_model
+    from innerguard.engine import analyzers as analyzer_units
     from innerguard.engine.reference.scores import reference_focus_score, reference_probe
     from innerguard.engine.reference.steer import reference_steered_generate
 
@@ -279,6 +287,7 @@ def check(workdir: Path, eager: bool) -> int:
         checks["every_hook_fired"] = all(calls.get(p, 0) > 0 for p in info["hook_points"])
 
         model, _ = load_reference_model(model_dir)
+        residual_norm = analyzer_units.get("residual_norm")
         concept = load_file(str(policy_dir / "artifacts" / "concept.safetensors"))["vector"]
         steer_vector = load_file(str(policy_dir / "artifacts" / "steer.safetensors"))["vector"]
         per_row = []
@@ -286,23 +295,29 @@ def check(workdir: Path, eager: bool) -> int:
             ids, spans = prepared(g, r)
             ref_focus = reference_focus_score(model, ids, spans["injection"]["instruction"], spans["injection"]["data"], HEAD_SET)
             ref_probe = reference_probe(model, ids, PROBE_LAYER, vector=concept)
+            ref_norm = residual_norm.reference({"layer": PROBE_LAYER, "baseline": 1.0}, model, ids)
             for label, out in (("first", outs[r["id"]]), ("again", again.get(r["id"]))):
                 if out is None:
                     continue
                 entry = {"id": r["id"], "pass": label, "tokens": len(ids), "prefill_tokens": out.prefill_tokens,
                          "error": out.error, "focus": out.signals.get("injection.focus"), "ref_focus": ref_focus,
-                         "probe": out.signals.get("topic.concept"), "ref_probe": ref_probe}
-                if entry["focus"] is not None and entry["probe"] is not None:
+                         "probe": out.signals.get("topic.concept"), "ref_probe": ref_probe,
+                         "norm": out.signals.get("topic.size"), "ref_norm": ref_norm}
+                if None not in (entry["focus"], entry["probe"], entry["norm"]):
                     entry["focus_diff"] = abs(entry["focus"] - ref_focus)
                     entry["probe_diff"] = abs(entry["probe"] - ref_probe)
+                    entry["norm_rel_diff"] = abs(entry["norm"] - ref_norm) / ref_norm
                 per_row.append(entry)
         result["signals"] = per_row
         complete = [e for e in per_row if "focus_diff" in e]
         result["max_focus_diff"] = max((e["focus_diff"] for e in complete), default=None)
         result["max_probe_diff"] = max((e["probe_diff"] for e in complete), default=None)
+        result["max_norm_rel_diff"] = max((e["norm_rel_diff"] for e in complete), default=None)
         checks["signals_present"] = len(complete) == len(per_row) and all(e["error"] is None for e in per_row)
         checks["focus_matches_reference"] = bool(complete) and result["max_focus_diff"] < TOLERANCE
         checks["probe_matches_reference"] = bool(complete) and result["max_probe_diff"] < TOLERANCE
+        # The residual_norm analyzer unit (engine/analyzers/residual_norm.py), relative.
+        checks["norm_matches_reference"] = bool(complete) and result["max_norm_rel_diff"] < TOLERANCE
         result["prefix_cache_hits"] = sum(e["prefill_tokens"] < e["tokens"] for e in per_row)
         result["worker_counters"] = g.llm.collective_rpc("innerguard_stats")[0]
         result["kv_read_back"] = {k: g.install_info.get(k) for k in ("reads_kv_cache", "kv_canary_cached_tokens")}

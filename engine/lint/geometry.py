@@ -4,7 +4,7 @@
 """
 from __future__ import annotations
 
-from innerguard.engine import models
+from innerguard.engine import analyzers as analyzer_units, models
 from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.plan import ModelGeometry
 from innerguard.engine.policy.diagnostics import Finding
@@ -19,6 +19,13 @@ def check_geometry(policy: Policy, marks: Marks, g: ModelGeometry) -> list[Findi
         path = ("signals", s.name)
         if limit and s.analyzer in models.ATTENTION_ANALYZERS:
             out.append(make("IG604", f"signal {s.name!r}: analyzer {s.analyzer} is not supported on {g.architecture} ({limit}); supported here: {', '.join(models.supported_analyzers(g.architecture))}", marks.at(path + ("analyzer",))))
+            continue
+        unit = analyzer_units.get(s.analyzer)
+        if unit is not None:
+            for problem in unit.check(s.params(), g):
+                key = path + (problem.key,)
+                out.append(make(problem.rule, f"signal {s.name!r}: {problem.message}",
+                                marks.at(key if key in marks.values else path)))
             continue
         heads = getattr(s, "heads", None)
         if isinstance(heads, tuple):

@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import (
-    ArtifactRef, AttentionTrackerSignal, Policy, ProbeSignal, RerankerSignal, TokenProbeSignal,
+    ArtifactRef, AttentionTrackerSignal, Policy, ProbeSignal, RegisteredSignal, RerankerSignal, TokenProbeSignal,
     Rule, Signal, SpanSelector, SteerAction, TextSignal,
 )
 from innerguard.engine.policy.yamlsafe import Document
@@ -54,6 +55,9 @@ def _signal(ctx: _Context, name: str, data: dict) -> Signal:
     common = dict(name=name, analyzer=data["analyzer"], description=data.get("description", ""),
                   location=ctx.marks.at(path, key=True))
     kind = data["analyzer"]
+    unit = analyzer_units.get(kind)
+    if unit is not None:
+        return RegisteredSignal(**common, values=unit.params(data))
     if kind == "attention_tracker":
         return AttentionTrackerSignal(**common, heads=ctx.heads(data["heads"], path + ("heads",)))
     if kind == "probe":

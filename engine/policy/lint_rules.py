@@ -198,6 +198,9 @@ _RULES = [
     RuleInfo("IG604", E, "analyzer not supported by the model's family",
              "The attention analyzers (attention_tracker, reranker) compute softmax(scale * q.k) over the whole prompt; families that soft-cap attention logits or give layers a sliding window (Gemma 2, Gemma 3) attend otherwise. 'innerguard models info' lists what a model supports.",
              "Use a probe or token_probe signal on this model, or an attention analyzer on a supported family."),
+    RuleInfo("IG605", E, "signal does not fit the model",
+             "An analyzer registered as a unit (innerguard.analyzers) checks its own signals against the model's geometry; the message is the analyzer's.",
+             "Change the key the finding points at as the message says, or lint against the model the policy was written for."),
     # -- policy set ---------------------------------------------------------------
     RuleInfo("IG701", E, "duplicate policy name",
              "Two policy files declare the same metadata.name. Decisions and audit records identify policies by name.",

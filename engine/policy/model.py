@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Literal, Mapping
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.plan import PolicyProgram, RuleProgram
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Location
@@ -171,6 +172,23 @@ class TextSignal(Signal):
 
     def params(self) -> dict[str, Any]:
         return {"pattern": self.pattern, "keywords": list(self.keywords), "case_sensitive": self.case_sensitive, "span": self.span}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegisteredSignal(Signal):
+    """A signal of an analyzer unit (engine/analyzers): the unit read its
+    parameters from the YAML and says what range its value takes."""
+
+    values: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    type: SignalType = "number"
+
+    @property
+    def value_range(self) -> tuple[float, float] | None:
+        unit = analyzer_units.get(self.analyzer)
+        return unit.value_range if unit else None
+
+    def params(self) -> dict[str, Any]:
+        return dict(self.values)
 
 
 @dataclass(frozen=True, kw_only=True)

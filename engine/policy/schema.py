@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 from jsonschema.exceptions import ValidationError, best_match
 
+from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.yamlsafe import Marks
@@ -31,7 +32,36 @@ _TYPE_NAMES = {
 @lru_cache(maxsize=1)
 def schema() -> dict[str, Any]:
     text = resources.files("innerguard.schemas").joinpath("policy.schema.json").read_text("utf-8")
-    return json.loads(text)
+    return with_analyzer_units(json.loads(text))
+
+
+def with_analyzer_units(document: dict[str, Any]) -> dict[str, Any]:
+    """The schema file with every analyzer unit's signal keys added
+    (engine/analyzers): the file cannot list analyzers that other packages
+    register. In place; returns ``document``."""
+    signal = document["$defs"]["signal"]
+    names = signal["properties"]["analyzer"]["enum"]
+    for kind, unit in sorted(analyzer_units.registered().items()):
+        if kind in names:
+            continue
+        names.append(kind)
+        document["$defs"][f"signal_{kind}"] = {
+            "type": "object",
+            "description": unit.summary,
+            "additionalProperties": False,
+            "properties": {
+                "description": {"type": "string", "description": "What the signal measures, for reviewers."},
+                "analyzer": {"const": kind, "description": unit.summary},
+                **unit.keys,
+            },
+            "required": ["analyzer", *unit.required],
+        }
+        signal["allOf"].append({
+            "if": {"properties": {"analyzer": {"const": kind}}, "required": ["analyzer"]},
+            "then": {"$ref": f"#/$defs/signal_{kind}"},
+        })
+    signal["description"] = f"A signal: set 'analyzer' to {', '.join(names[:-1])} or {names[-1]}."
+    return document
 
 
 @lru_cache(maxsize=1)

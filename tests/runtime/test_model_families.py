@@ -295,4 +295,4 @@ def test_models_info_names_the_family_and_its_analyzers(unsupported_dir, tmp_pat
     qwen3 = _cli("models", "info", str(build_tiny_model("qwen3", tmp_path / "qwen3")))
     assert qwen3.returncode == 0, qwen3.stderr
     assert "family: Qwen3" in qwen3.stdout
-    assert "analyzers: attention_tracker, reranker, probe, token_probe, text" in qwen3.stdout
+    assert "analyzers: attention_tracker, reranker, probe, token_probe, text, residual_norm" in qwen3.stdout

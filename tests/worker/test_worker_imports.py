@@ -2,8 +2,8 @@
 
 vLLM loads ``innerguard.hooks`` inside its worker and EngineCore processes.
 From the engine side it may take only the contract (shared names and the
-compiled plan) and the decision semantics (with the language's vocabulary
-they evaluate in): never engine start-up, request
+compiled plan), the analyzer units and the decision semantics (with the
+language's vocabulary they evaluate in): never engine start-up, request
 preparation, the server or the audit trail, whose imports (and mistakes)
 would then run inside every vLLM worker.
 """
@@ -16,7 +16,9 @@ import sys
 ALLOWED = {"innerguard", "innerguard.engine", "innerguard.engine.contract", "innerguard.engine.plan",
            "innerguard.engine.decide", "innerguard.engine.errors", "innerguard.engine.logging",
            # the words the decision semantics share with the language (actions, template sandbox)
-           "innerguard.engine.policy", "innerguard.engine.policy.vocabulary"}
+           "innerguard.engine.policy", "innerguard.engine.policy.vocabulary",
+           # the analyzer units, whose computations run in the worker (engine/analyzers)
+           "innerguard.engine.analyzers", "innerguard.engine.analyzers.residual_norm"}
 
 LIST_LOADED = """
 import importlib, json, pkgutil, sys
