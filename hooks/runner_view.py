@@ -224,7 +224,10 @@ class V2RunnerReader:
       0.32; either way it returns an ``InputBatch`` with ``req_ids`` (row order:
       decodes first), ``query_start_loc_np`` (may be padded past ``num_reqs``)
       and ``positions``;
-    - ``NewRequestData.prompt_len`` exists from 0.32 only.
+    - ``NewRequestData.prompt_len`` exists from 0.32 only;
+    - a running request's new blocks come in the scheduler output's
+      ``scheduled_cached_reqs.new_block_ids``, as on the V1 runner; a
+      preempted request is removed and comes back in ``scheduled_new_reqs``.
 
     A prepared batch is forgotten when ``execute_model`` returns: dummy runs
     (profiling, data-parallel padding) call the model without
@@ -243,12 +246,7 @@ class V2RunnerReader:
         execute_model = runner.execute_model
 
         def add_requests_and_remember(scheduler_output, *args, **kwargs):
-            # Forget first: a request id that finished and comes back as new
-            # (resumed or streaming input) must keep its new entry.
-            for req_id in getattr(scheduler_output, "finished_req_ids", None) or ():
-                self._requests.pop(req_id, None)
-            for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
-                self._requests[new.req_id] = _new_request_entry(new)
+            self._remember(scheduler_output)
             return add_requests(scheduler_output, *args, **kwargs)
 
         def prepare_inputs_and_remember(*args, **kwargs):
@@ -267,6 +265,31 @@ class V2RunnerReader:
         runner.add_requests = add_requests_and_remember
         runner.prepare_inputs = prepare_inputs_and_remember
         runner.execute_model = execute_model_then_forget
+
+    def _remember(self, scheduler_output) -> None:
+        """Each step, before the runner reads the same scheduler output:
+        new requests, and the blocks running ones were given. Model Runner
+        V2 removes a preempted request and sees it again as new, so finished
+        and preempted ids are forgotten first (a request id that comes back
+        as new, resumed or with streaming input, keeps its new entry)."""
+        gone = set(getattr(scheduler_output, "finished_req_ids", None) or ())
+        gone |= set(getattr(scheduler_output, "preempted_req_ids", None) or ())
+        for req_id in gone:
+            self._requests.pop(req_id, None)
+        for new in getattr(scheduler_output, "scheduled_new_reqs", None) or ():
+            self._requests[new.req_id] = _new_request_entry(new)
+        cached = getattr(scheduler_output, "scheduled_cached_reqs", None)
+        resumed = set(getattr(cached, "resumed_req_ids", None) or ())
+        for req_id, groups in zip(getattr(cached, "req_ids", None) or (), getattr(cached, "new_block_ids", None) or ()):
+            entry = self._requests.get(req_id)
+            if entry is None or entry.block_ids is None or groups is None:
+                continue
+            if len(groups) != 1:  # more than one KV cache group: its blocks are not followed
+                self._requests[req_id] = entry._replace(block_ids=None)
+            elif req_id in resumed:  # given instead of appended (the V1 runner's resumption)
+                entry.block_ids[:] = groups[0]
+            else:
+                entry.block_ids.extend(groups[0])
 
     def on_prepared(self, fn: Callable[[], None]) -> None:
         self._prepared.append(fn)
@@ -317,12 +340,12 @@ class V2RunnerReader:
         return caches[layer] if layer < len(caches) else None
 
     def block_ids(self, req_id: str):
-        # The blocks it was admitted with: its prefix-cached positions are
-        # all there (later chunks only append blocks).
+        # Every block of the request: those it was admitted with (its
+        # prefix-cached positions are all there) and those of later steps.
         return self._requests.get(req_id, _UNKNOWN).block_ids
 
-    def block_size(self) -> None:
-        return None  # the blocks of later chunks are not tracked: no token scores kept for cache hits
+    def block_size(self) -> int | None:
+        return getattr(getattr(self._runner, "cache_config", None), "block_size", None)
 
 
 def _first_positions(positions, qsl: np.ndarray, num_computed) -> list[int]:

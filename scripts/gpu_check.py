@@ -24,6 +24,10 @@ points). Both check, on one mixed batch and then on some of its prompts again
   - the second pass hit the prefix cache and K of its cached positions was read
     back from vLLM's KV cache (the install's cache canary passed, the worker
     counted the read-backs);
+  - a token probe on every untrusted token equals its reference, its second
+    pass served from the prefix cache (its cached positions' scores read back),
+    on both runners; the share of cached prompt tokens is reported beside the
+    same prompts sent unguarded;
   - a text-keyword block emits no model token (only the forced end-of-sequence);
   - an unconditional steer changes the output and follows the reference.
 Each mode prints one line ``RESULT {json}``; ``all`` prints ``SUMMARY {json}``
@@ -64,6 +68,7 @@ MODEL_NAME = "tiny-llama-8l"
 NUM_LAYERS, HIDDEN, HEADS, KV_HEADS = 8, 256, 4, 2
 HEAD_SET = [(1, 0), (2, 1), (3, 2), (4, 3), (5, 0), (6, 1), (7, 2), (7, 3)]
 PROBE_LAYER, STEER_LAYER, STEER_COEFFICIENT = 4, 3, 4.0
+TOKEN_LAYERS, TOKEN_WINDOW = (2, 5, 7), 8
 TOLERANCE = 1e-3
 
 # The runtime tests' request builders: the same prompts on GPU as on CPU.
@@ -118,6 +123,31 @@ rules:
     action: flag
   - id: flag-large-residual
     when: size > 1000
+    action: flag
+""",
+    "tokens.yaml": f"""\
+apiVersion: innerguard/v1
+kind: Policy
+metadata:
+  name: tokens
+  version: 1.0.0
+  owner: gpu-check
+  description: A token probe (random weights, the shipped artifact format) on every untrusted token; flags only.
+mode: enforce
+on_error: fail-closed
+spans:
+  trusted: {{roles: [system]}}
+  untrusted: {{roles: [user]}}
+signals:
+  injected:
+    analyzer: token_probe
+    layers: {list(TOKEN_LAYERS)}
+    span: untrusted
+    window: {TOKEN_WINDOW}
+    weights: {{artifact: artifacts/token-probe.safetensors, key: weight}}
+rules:
+  - id: flag-injected
+    when: injected > 1000
     action: flag
 """,
     "blocker.yaml": """\
@@ -207,6 +237,11 @@ def make(workdir: Path, tokenizer_dir: Path) -> None:
             "model_name": MODEL_NAME, "hidden_size": str(HIDDEN), "layer": str(layer),
             "model_fingerprint": geometry.fingerprint,
         })
+    weights = {f"weight.{layer}": torch.randn(HIDDEN, generator=torch.Generator().manual_seed(10 + layer)) / HIDDEN ** 0.5
+               for layer in TOKEN_LAYERS}
+    save_file({**weights, "bias": torch.tensor([-0.5])}, str(policy_dir / "artifacts" / "token-probe.safetensors"), metadata={
+        "model_name": MODEL_NAME, "hidden_size": str(HIDDEN), "model_fingerprint": geometry.fingerprint,
+    })
     print(f"[make] {model_dir} (vocab {vocab}) and {policy_dir}", flush=True)
 
 
@@ -325,6 +360,7 @@ def check(workdir: Path, eager: bool) -> int:
         checks["prefix_cache_hits_read_back"] = (bool(g.install_info.get("reads_kv_cache")) and result["prefix_cache_hits"] > 0
                                                  and result["worker_counters"].get("keys_from_kv_cache", 0) > 0)
         checks["long_prompts_were_chunked"] = max(e["tokens"] for e in per_row) > engine_overrides()["max_num_batched_tokens"]
+        _check_token_probe(g, model, policy_dir, result, checks)
 
         block, clean = outs["block"], outs["clean"]
         eos = g.tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -364,6 +400,46 @@ def check(workdir: Path, eager: bool) -> int:
     result["ok"] = bool(checks) and all(checks.values()) and "exception" not in result
     result["total_s"] = round(time.time() - t0, 1)
     return emit(result)
+
+
+def _check_token_probe(g, model, policy_dir: Path, result: dict, checks: dict) -> None:
+    """The token probe's score equals the reference, computed whole and from
+    the prefix cache (its cached positions' scores read back, issue 34
+    item 4), and the share of prompt tokens served from the cache on the
+    second pass, for these guarded requests and for the same prompts sent
+    unguarded."""
+    from safetensors.torch import load_file
+
+    from innerguard.engine.reference.scores import reference_token_probe
+
+    tensors = load_file(str(policy_dir / "artifacts" / "token-probe.safetensors"))
+    weights = {layer: tensors[f"weight.{layer}"] for layer in TOKEN_LAYERS}
+    rows = [row(i, ["tokens"], data=long_text(10 + 7 * i), rid=f"tok{i}") for i in range(3)]
+    plain = [{**r, "id": f"plain-{r['id']}", "policies": []} for r in rows]
+    passes = [{o.id: o for o in g.run(rows)}, {o.id: o for o in g.run(rows)}]
+    plain_passes = [{o.id: o for o in g.run(plain)}, {o.id: o for o in g.run(plain)}]
+    entries = []
+    for r in rows:
+        ids, spans = prepared(g, r)
+        ref = reference_token_probe(model, ids, weights, float(tensors["bias"][0]), spans["tokens"]["data"], TOKEN_WINDOW)
+        for label, outs in zip(("first", "again"), passes):
+            out = outs[r["id"]]
+            value = out.signals.get("tokens.injected")
+            entries.append({"id": r["id"], "pass": label, "tokens": len(ids), "prefill_tokens": out.prefill_tokens,
+                            "error": out.error, "value": value, "ref": ref,
+                            "diff": None if value is None else abs(value - ref) / max(1.0, abs(ref))})
+    result["token_probe"] = entries
+    # vLLM's own count (RequestOutput.num_cached_tokens), the same for both kinds of request.
+    total = sum(len(prepared(g, r)[0]) for r in rows)
+    cached = sum(passes[1][r["id"]].output.num_cached_tokens or 0 for r in rows)
+    plain_cached = sum(plain_passes[1][r["id"]].output.num_cached_tokens or 0 for r in plain)
+    result["prefix_cache_share_second_pass"] = {"prompt_tokens": total, "guarded_token_probe": round(cached / total, 4),
+                                                "unguarded": round(plain_cached / total, 4)}
+    result["token_probe_max_rel_diff"] = max((e["diff"] for e in entries if e["diff"] is not None), default=None)
+    checks["token_probe_matches_reference"] = (all(e["error"] is None and e["diff"] is not None for e in entries)
+                                               and result["token_probe_max_rel_diff"] < TOLERANCE)
+    # Every second-pass request was served in part from the prefix cache.
+    checks["token_probe_shares_prefix_cache"] = all(e["prefill_tokens"] < e["tokens"] for e in entries if e["pass"] == "again")
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
