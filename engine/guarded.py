@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from innerguard.engine.contract import RPC_TAKE_RESULTS
+from innerguard.engine.contract import RPC_TAKE_RESULTS, RPC_UNINSTALL
 from innerguard.engine import models
 from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
@@ -308,7 +308,15 @@ class GuardedLLM:
         engine = getattr(self.llm, "llm_engine", None)
         shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
         if shutdown:
+            try:
+                # A worker in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+                # outlives the engine: its guard points are process-wide and
+                # would keep the model alive and fire for the next engine.
+                self.llm.collective_rpc(RPC_UNINSTALL)
+            except Exception as exc:  # a dead engine has nothing left to unhook
+                log.debug("uninstall before shutdown failed", error=str(exc))
             shutdown()
+        self.llm = None  # the model and its KV cache go with the last reference
 
 
 def _engine_prompt(token_ids, cache_salt: str | None) -> dict[str, Any]:

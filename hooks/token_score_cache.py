@@ -73,7 +73,10 @@ class TokenScoreCache:
         self.prefix: list[bytes | None] = [None] * num_blocks
         self.writer = np.full(num_blocks, -1, dtype=np.int64)  # the request whose scores a block holds
         self.tokens = np.full((num_blocks, block_size), -1, dtype=np.int64)
-        self.scores: dict[str, torch.Tensor] = {}  # signal -> [num_blocks * block_size], NaN where unwritten
+        self.scores: dict[str, torch.Tensor] = {}  # signal -> [num_blocks * block_size], on the scores' device
+        # Which slots hold each signal's score, on the host: checking the
+        # device table for NaN would synchronise with the GPU on every read.
+        self.written: dict[str, np.ndarray] = {}
 
     def _slots(self, block_ids: Sequence[int], start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
         positions = np.arange(start, end)
@@ -104,15 +107,20 @@ class TokenScoreCache:
             if self.prefix[block] != digests[index] or self.writer[block] != writer:
                 self.prefix[block], self.writer[block] = digests[index], writer
                 self.tokens[block] = -1
-                for table in self.scores.values():
-                    table[block * self.block_size:(block + 1) * self.block_size] = float("nan")
+                for written in self.written.values():
+                    written[block * self.block_size:(block + 1) * self.block_size] = False
         self.tokens.reshape(-1)[slots] = np.asarray(token_ids[start:start + n], dtype=np.int64)
+        index = None
         for signal, values in scores.items():
             table = self.scores.get(signal)
             if table is None:
                 table = self.scores[signal] = torch.full((self.num_blocks * self.block_size,), float("nan"),
                                                          dtype=torch.float32, device=values.device)
-            table[torch.as_tensor(slots, device=table.device)] = values.to(table.dtype)
+                self.written[signal] = np.zeros(self.num_blocks * self.block_size, dtype=bool)
+            if index is None or index.device != table.device:
+                index = _on(slots, table.device)
+            table[index] = values.to(table.dtype)
+            self.written[signal][slots] = True
         # Whole: every slot holds this writer's token, hence (one writer,
         # one set of probes per salt) every one of its signals' scores.
         return [(block, digests[index + 1]) for block, index in touched
@@ -131,10 +139,19 @@ class TokenScoreCache:
         table = self.scores.get(signal)
         if table is None:
             raise CachedScoresMissing(f"no cached position was ever scored by {signal}")
-        values = table[torch.as_tensor(slots, device=table.device)]
-        if bool(torch.isnan(values).any()):  # written for these tokens, but under another set of probes
+        if not self.written[signal][slots].all():  # written for these tokens, but under another set of probes
             raise CachedScoresMissing(f"some cached positions were never scored by {signal}")
-        return values
+        return table[_on(slots, table.device)]
+
+
+def _on(slots: np.ndarray, device: torch.device) -> torch.Tensor:
+    """``slots`` as an index on ``device``. To a GPU through pinned memory
+    and without blocking: a copy from pageable memory waits for every kernel
+    queued before it, which would stall each step that keeps scores."""
+    index = torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64))
+    if device.type == "cpu":
+        return index
+    return index.pin_memory().to(device, non_blocking=True)
 
 
 class PromptScores:
@@ -248,7 +265,7 @@ class PromptScores:
         """A retired plan's scores (its requests' salts are never sent again)."""
         if self.cache is not None:
             for key in [k for k in self.cache.scores if k.startswith(f"{bundle}/")]:
-                del self.cache.scores[key]
+                del self.cache.scores[key], self.cache.written[key]
 
 
 def _scored(rows) -> bool:

@@ -74,6 +74,14 @@ def _share_of_cores() -> list[int]:
     return cores[index * per_worker % len(cores):][:per_worker]
 
 
+# The engines of the tests run in the test's own process: a vLLM engine
+# started with multiprocessing spends ~20 s spawning and importing its core
+# and worker processes, ~3 s without. Same engine, same worker, same model
+# runner; on a GPU vLLM runs the worker in the core's process as well. The
+# servers (tests/serve) are started as users start them
+# (serve_process.py drops this).
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+
 if "PYTEST_XDIST_WORKER" in os.environ and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
     _cores = _share_of_cores()
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, _cores))  # engines started from here, and servers
@@ -113,6 +121,19 @@ def pytest_runtest_teardown(item, nextitem):
         if nextitem is None or _folder(nextitem.nodeid) != folder:
             for close in _closers.pop(folder, []):
                 close()
+        if nextitem is None or nextitem.module is not item.module:
+            _release_engines()
+
+
+def _release_engines() -> None:
+    """Free the engines shut down so far. An engine in this process freezes
+    the garbage collector's heap when it starts (vLLM's ``freeze_gc_heap``),
+    so an engine shut down later would never be collected: 1 GiB each."""
+    import gc
+
+    if gc.get_freeze_count():
+        gc.unfreeze()
+        gc.collect()
 
 
 @pytest.fixture(scope="session")
@@ -135,9 +156,11 @@ def plain_llm(smollm2_dir, close_after_folder):
 
 
 def _shutdown(llm) -> None:
-    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    engine = getattr(llm, "llm_engine", None)
+    core = getattr(engine, "engine_core", None)
     if core is not None and hasattr(core, "shutdown"):
         core.shutdown()
+        engine.engine_core = None  # the fixture keeps ``llm``; the model goes (_release_engines)
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ class ServeProcess:
         self.log_path = log
         self._log = open(log, "wb")
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # tests/conftest.py's, not a user's
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
     def wait_ready(self, timeout: float = 300) -> "ServeProcess":
