@@ -9,6 +9,7 @@ engines stop once its last test has run: memory holds at most one folder's
 engines per lane."""
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 
@@ -74,13 +75,6 @@ def _share_of_cores() -> list[int]:
     return cores[index * per_worker % len(cores):][:per_worker]
 
 
-# The engines of the tests run in the test's own process: a vLLM engine
-# started with multiprocessing spends ~20 s spawning and importing its core
-# and worker processes, ~3 s without. Same engine, same worker, same model
-# runner; on a GPU vLLM runs the worker in the core's process as well. The
-# servers (tests/serve) are started as users start them
-# (serve_process.py drops this).
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
 if "PYTEST_XDIST_WORKER" in os.environ and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
     _cores = _share_of_cores()
@@ -134,6 +128,36 @@ def _release_engines() -> None:
     if gc.get_freeze_count():
         gc.unfreeze()
         gc.collect()
+
+
+@contextlib.contextmanager
+def engine_in_this_process():
+    """Start the engines of this block with their core and worker in the
+    test's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): ~3 s instead
+    of ~24 s spent spawning two processes that import vLLM again. The same
+    engine, worker and model runner; on a GPU vLLM runs the worker in the
+    core's process too. For engines that start, serve a batch and stop;
+    one that is driven from outside (requests added, aborted, or watched
+    while they run) needs a core that steps by itself: vLLM's default."""
+    from vllm import envs
+
+    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
+        # A core in this process caches vLLM's environment once started.
+        getattr(envs, "disable_envs_cache", lambda: None)()
+
+
+@pytest.fixture(scope="session")
+def in_this_process():
+    """``with in_this_process(): llm = GuardedLLM(...)`` (engine_in_this_process)."""
+    return engine_in_this_process
 
 
 @pytest.fixture(scope="session")

@@ -16,15 +16,16 @@ ROWS = [
 
 
 @pytest.mark.vllm
-def test_records_of_a_real_guarded_run_validate_and_verify(smollm2_dir, tmp_path):
+def test_records_of_a_real_guarded_run_validate_and_verify(smollm2_dir, tmp_path, in_this_process):
     from innerguard.engine.guarded import GuardedLLM
 
     key_file = tmp_path / "audit.key"
     key_file.write_text(KEY.hex())
     audit = tmp_path / "audit"
     # GuardedLLM writes the records itself, each when the worker's verdict is taken.
-    llm = GuardedLLM(smollm2_dir, policies=REPO / "policies", audit_log=audit, audit_key_file=key_file, enforce_eager=True,
-                     audit_durability="sync")
+    with in_this_process():
+        llm = GuardedLLM(smollm2_dir, policies=REPO / "policies", audit_log=audit, audit_key_file=key_file,
+                         enforce_eager=True, audit_durability="sync")
     try:
         rows = [{"id": f"g{i}", "instruction": ins, "data": data, "max_tokens": 8} for i, (ins, data) in enumerate(ROWS)]
         outputs = llm.run(rows)

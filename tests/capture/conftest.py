@@ -18,10 +18,12 @@ def capture_audit_path(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def recording_guarded(smollm2_dir, capture_audit_path):
+def recording_guarded(smollm2_dir, capture_audit_path, in_this_process):
     from innerguard.engine.guarded import GuardedLLM
 
     # Every guarded engine can record: the recorder is part of the worker extension.
-    llm = GuardedLLM(smollm2_dir, START_POLICY, audit_log=capture_audit_path, audit_durability="sync", enforce_eager=True)
+    with in_this_process():
+        llm = GuardedLLM(smollm2_dir, START_POLICY, audit_log=capture_audit_path, audit_durability="sync",
+                         enforce_eager=True)
     yield llm
     llm.shutdown()

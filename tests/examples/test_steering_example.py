@@ -22,13 +22,14 @@ def _measure():
 
 
 @pytest.fixture(scope="module")
-def answers(smollm2_dir):
+def answers(smollm2_dir, in_this_process):
     from vllm import SamplingParams
 
     from innerguard.engine.guarded import GuardedLLM
 
     rows = [json.loads(line) for line in (EXAMPLE / "heldout-prompts.jsonl").read_text().splitlines()[:N]]
-    llm = GuardedLLM(smollm2_dir, EXAMPLE / "policies", enforce_eager=True)
+    with in_this_process():
+        llm = GuardedLLM(smollm2_dir, EXAMPLE / "policies", enforce_eager=True)
     try:
         requests = [{"id": f"{r['id']}:{arm}", "messages": r["messages"], "policies": policies}
                     for arm, policies in (("plain", []), ("steered", ["caution-steer"])) for r in rows]

@@ -45,10 +45,11 @@ def _assert_decided_alike(results, expected, tol):
                 assert value == pytest.approx(b.signals[name], abs=tol), name
 
 
-def test_eager_stays_an_option_and_decides_as_compiled(smollm2_dir, policy_dir, guarded):
+def test_eager_stays_an_option_and_decides_as_compiled(smollm2_dir, policy_dir, guarded, in_this_process):
     from innerguard.engine.guarded import GuardedLLM
 
-    eager = GuardedLLM(smollm2_dir, policy_dir, enforce_eager=True)
+    with in_this_process():
+        eager = GuardedLLM(smollm2_dir, policy_dir, enforce_eager=True)
     try:
         assert eager.llm.llm_engine.vllm_config.model_config.enforce_eager
         assert eager.install_info["graphs"] == "eager"
@@ -73,16 +74,18 @@ def test_a_second_start_reads_the_compiled_graphs_back_and_decides_alike(smollm2
     _assert_decided_alike(results, expected, 1e-6)
 
 
-def test_an_engine_without_guard_points_is_refused(smollm2_dir, guarded):
-    from innerguard.engine.contract import EXTENSION, SCHEDULER
+def test_an_engine_without_guard_points_is_refused(smollm2_dir, guarded, in_this_process):
+    from innerguard.engine.contract import EXTENSION, RPC_UNINSTALL, SCHEDULER
     from innerguard.engine.vllm_engine import engine_kwargs, install_plan, start_llm
 
-    llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=True,
-                                    overrides={"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER}))
+    with in_this_process():
+        llm = start_llm(**engine_kwargs(str(smollm2_dir), eager=True,
+                                        overrides={"worker_extension_cls": EXTENSION, "scheduler_cls": SCHEDULER}))
     try:
         with pytest.raises(EngineStartError, match="no innerguard guard points"):
             install_plan(llm, guarded.plan)
     finally:
+        llm.collective_rpc(RPC_UNINSTALL)  # its worker shares this process's guard-point table
         llm.llm_engine.engine_core.shutdown()
 
 

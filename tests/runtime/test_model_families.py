@@ -153,7 +153,7 @@ def _rows(family: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def served(request, tmp_path_factory, smollm2_dir):
+def served(request, tmp_path_factory, smollm2_dir, in_this_process):
     """One guarded engine per family: its outputs, the prompts it was sent,
     and the reference model; the engine is closed before the next family."""
     from vllm import SamplingParams
@@ -170,8 +170,9 @@ def served(request, tmp_path_factory, smollm2_dir):
         (policy_dir / f"{name}.yaml").write_text(POLICIES[f"{name}.yaml"])
     artifacts = _artifacts(policy_dir / "artifacts", model_dir, seed=7)
     rows = _rows(family)
-    llm = GuardedLLM(model_dir, policy_dir, enforce_eager=True, dtype="float32", max_model_len=512,
-                     max_num_seqs=8, seed=0)
+    with in_this_process():
+        llm = GuardedLLM(model_dir, policy_dir, enforce_eager=True, dtype="float32", max_model_len=512,
+                         max_num_seqs=8, seed=0)
     try:
         outs = llm.run(rows, SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True))
         sent = [prepared(llm, r) for r in rows]

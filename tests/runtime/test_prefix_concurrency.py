@@ -30,11 +30,12 @@ TOLERANCE = 1e-5
 
 
 @pytest.fixture(scope="module")
-def engine(smollm2_dir):
+def engine(smollm2_dir, in_this_process):
     from innerguard.engine.guarded import GuardedLLM
 
-    llm = GuardedLLM(smollm2_dir, [POLICY], enforce_eager=True, num_gpu_blocks_override=12, max_model_len=768,
-                     max_num_seqs=16, max_num_batched_tokens=512)
+    with in_this_process():
+        llm = GuardedLLM(smollm2_dir, [POLICY], enforce_eager=True, num_gpu_blocks_override=12, max_model_len=768,
+                         max_num_seqs=16, max_num_batched_tokens=512)
     yield llm
     llm.shutdown()
 
