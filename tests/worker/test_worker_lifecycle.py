@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from worker_helpers import advance, long_text, prepared, prompt_of, row, settled_stats, take, with_guard
+from worker_helpers import long_text, prepared, prompt_of, row, settled_stats, take, with_guard
 
 pytestmark = pytest.mark.vllm
 
@@ -60,7 +60,6 @@ def test_an_aborted_request_frees_its_captures_at_once(tight_engine):
 def _wait_for(llm, condition, timeout_s: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
-        advance(llm)
         current = stats(llm)
         if condition(current) or time.monotonic() > deadline:
             assert condition(current), current

@@ -41,16 +41,6 @@ def take(llm, keys) -> dict:
     return llm.llm.collective_rpc("innerguard_take_results", args=(list(keys),))[0]
 
 
-def advance(llm) -> None:
-    """One step of an engine whose core runs in this process (tests/conftest.py):
-    nothing else steps it. A core in a process of its own steps by itself."""
-    from vllm.v1.engine.core_client import InprocClient
-
-    engine = llm.llm.llm_engine
-    if isinstance(engine.engine_core, InprocClient):
-        engine.step()
-
-
 def settled_stats(llm) -> dict:
     """The worker's counters once the scheduler has reported every finished
     request (it does so on the step after they finish)."""
