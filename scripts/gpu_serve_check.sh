@@ -18,6 +18,8 @@
 #            bash scripts/gpu_serve_check.sh bench plain      (scripts/gpu_serve_bench.py: vllm serve, 8B-shaped
 #            bash scripts/gpu_serve_check.sh bench null        dummy model, vllm bench serve; one call each,
 #            bash scripts/gpu_serve_check.sh bench guarded     ~7 min; the null server is the control)
+#            bash scripts/gpu_serve_check.sh profile "v2:guarded-probe v2:plain-default"
+#                     (one round of each under cProfile, engine in-process: $OUT/profile-RUNNER-MODE.txt)
 #            DEADLINE=540 bash scripts/gpu_serve_check.sh offline "v2:guarded-default v1:guarded-probe"
 #                     (benchmarks/bench_gpu.py paired, plain-default against MODE, one process per RUNNER:MODE,
 #                     RUNNER v1 or v2; PAIRS pairs of rounds each; no run starts that could end past DEADLINE
@@ -63,7 +65,7 @@ unpack_tokenizer() {
       "$STASH"/tok/tokenizer.json.xz "$STASH"/tok/tokenizer.json
 }
 
-case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|null|guarded|offline SPEC...}" in
+case "${1:?usage: gpu_serve_check.sh stash|run|parity|bench plain|null|guarded|profile SPEC...|offline SPEC...}" in
 stash)
   ls -l "$STASH" "$STASH"/wheels "$STASH"/tok 2>/dev/null
   ;;
@@ -96,6 +98,22 @@ bench)
   python3 scripts/gpu_serve_bench.py run /tmp/sb --server "${2:?plain, null or guarded}" --out /tmp/sb-out ${BENCH_ARGS:-}; rc=$?
   tar czf "$OUT"/serve_bench_"$2".tgz -C /tmp/sb-out .
   exit $rc
+  ;;
+profile)
+  # One round of each RUNNER:MODE under cProfile, the engine in this process
+  # (bench_gpu.py MODE --profile): where a guarded step's host time goes.
+  [ -f "$SITE/.kit-installed" ] || install > "$OUT"/setup.log 2>&1
+  unpack_tokenizer
+  [ -d /tmp/bg/llama-1.5b-random ] || python3 benchmarks/bench_gpu.py make /tmp/bg --tokenizer "$STASH"/tok > "$OUT"/make.log 2>&1 || exit 1
+  failed=0
+  for spec in ${2:?profile "RUNNER:MODE ...", RUNNER v1 or v2}; do
+    runner=${spec%%:*} mode=${spec#*:}
+    case $runner in v1) v2flag=0 ;; v2) v2flag=1 ;; *) echo "bad runner in $spec"; exit 2 ;; esac
+    VLLM_USE_V2_MODEL_RUNNER=$v2flag timeout -k 10 ${RUN_TIMEOUT:-240} python3 benchmarks/bench_gpu.py "$mode" /tmp/bg \
+        --profile "$OUT"/profile-$runner-$mode.txt > "$OUT"/profile-$runner-$mode.log 2>&1 || failed=1
+    echo "[profile] $spec rc=$? $(grep -h RESULT "$OUT"/profile-$runner-$mode.log | cut -c1-300)"
+  done
+  exit $failed
   ;;
 offline)
   t0=$(date +%s)
