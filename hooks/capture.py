@@ -129,24 +129,43 @@ def token_probe_hook(runtime, layer: int):
 
     def score_tokens(hidden, residual):
         runtime.hook_calls[f"tokens.{layer}"] += 1
+        wanted = []
         for rows in runtime.rows:
             state = rows.state
-            if layer not in state.token_layers or not (state.capturing or rows.rescoring):
-                continue
             a, b = rows.prompt_rows
-            if b <= a:
-                continue
+            if b > a and layer in state.token_layers and (state.capturing or rows.rescoring):
+                wanted.append(rows)
+        if not wanted:
+            return
+        # One projection per probe over every row of the step that wants it,
+        # then a slice per request: per request and probe, four kernels
+        # became one, and on a GPU each launch is host time in every step.
+        lo = min(rows.prompt_rows[0] for rows in wanted)
+        hi = max(rows.prompt_rows[1] for rows in wanted)
+        projected: dict[str, torch.Tensor] = {}
+        try:
+            stream = (hidden[lo:hi] + residual[lo:hi]).float()
+            for signal in {signal for rows in wanted for signal in rows.state.token_probes}:
+                weight = runtime.token_weights.get((signal, layer))
+                if weight is not None:
+                    projected[signal] = stream @ weight
+        except Exception as exc:
+            for rows in wanted:
+                rows.state.fail(f"token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
+            return
+        for rows in wanted:
+            state = rows.state
+            a, b = rows.prompt_rows
             try:
-                stream = (hidden[a:b] + residual[a:b]).float()
                 position = rows.span.first_position + (a - rows.span.start)
                 for signal in state.token_probes:
-                    weight = runtime.token_weights.get((signal, layer))
-                    if weight is None:
+                    values = projected.get(signal)
+                    if values is None:
                         continue
                     scores = state.captures.token_scores.get(signal)
                     if scores is None:
-                        scores = state.captures.token_scores[signal] = stream.new_zeros(state.num_prompt_tokens)
-                    scores[position:position + (b - a)] += stream @ weight
+                        scores = state.captures.token_scores[signal] = values.new_zeros(state.num_prompt_tokens)
+                    scores[position:position + (b - a)] += values[a - lo:b - lo]
             except Exception as exc:
                 state.fail(f"token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
 

@@ -175,12 +175,14 @@ def _token_probe(spec, state) -> float:
     if scores is None:
         raise RuntimeError("no token scores were recorded for this request")
     role = "data" if params.get("span", "untrusted") == "untrusted" else "instruction"
-    positions = [t for a, b in _spans(state, params["policy"], role) for t in range(a, b)]
-    if not positions or positions[-1] >= scores.shape[0]:
+    ranges = [(a, b) for a, b in _spans(state, params["policy"], role) if b > a]
+    if not ranges or max(b for _, b in ranges) > scores.shape[0]:
         raise ValueError(f"the {params.get('span', 'untrusted')} span is empty or outside the {scores.shape[0]} prompt tokens")
-    span_scores = scores[torch.tensor(positions, device=scores.device)] + float(params.get("bias") or 0.0)
+    # Slices, not an index tensor: copying an index from the host to a GPU
+    # would wait for the step's forward pass.
+    span_scores = torch.cat([scores[a:b] for a, b in ranges]) + float(params.get("bias") or 0.0)
     window = int(params.get("window", 12))
-    offset = token_probe.length_offset(len(positions), window, float(params.get("length_adjust", 0.0)))
+    offset = token_probe.length_offset(span_scores.shape[0], window, float(params.get("length_adjust", 0.0)))
     return token_probe.window_max_tensor(span_scores, window) - offset
 
 

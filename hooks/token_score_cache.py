@@ -96,11 +96,12 @@ class TokenScoreCache:
         n = len(next(iter(scores.values()))) if scores else 0
         if not n:
             return []
-        ids, slots = self._slots(block_ids, start, start + n)
-        touched = []
-        for block in np.unique(ids):
-            index = (int(np.flatnonzero(ids == block)[0]) + start) // self.block_size
-            touched.append((int(block), index))
+        _, slots = self._slots(block_ids, start, start + n)
+        # The positions run on, so the blocks they fall in are a run of the
+        # request's block table: block ``first + k`` of the prompt is ``touched[k]``.
+        first = start // self.block_size
+        touched = np.asarray(block_ids[first:(start + n - 1) // self.block_size + 1], dtype=np.int64)
+        for index, block in enumerate(touched.tolist(), first):
             # Another request's block, or one that now holds other tokens,
             # starts over: scores at a slot depend on every token before it,
             # so a block never keeps slots of two writers.
@@ -123,16 +124,16 @@ class TokenScoreCache:
             self.written[signal][slots] = True
         # Whole: every slot holds this writer's token, hence (one writer,
         # one set of probes per salt) every one of its signals' scores.
-        return [(block, digests[index + 1]) for block, index in touched
-                if index + 1 < len(digests) and bool((self.tokens[block] >= 0).all())]
+        whole = (self.tokens[touched] >= 0).all(axis=1)
+        return [(block, digests[index + 1]) for index, (block, full) in enumerate(zip(touched.tolist(), whole), first)
+                if full and index + 1 < len(digests)]
 
     def read(self, block_ids: Sequence[int], token_ids: Sequence[int], digests: Sequence[bytes], end: int,
              signal: str) -> torch.Tensor:
         """``signal``'s scores of prompt positions ``[0, end)``, or CachedScoresMissing."""
-        ids, slots = self._slots(block_ids, 0, end)
-        for block in np.unique(ids):
-            first = int(np.flatnonzero(ids == block)[0])
-            if self.prefix[block] != digests[first // self.block_size]:
+        _, slots = self._slots(block_ids, 0, end)
+        for index, block in enumerate(block_ids[:(end - 1) // self.block_size + 1] if end else []):
+            if self.prefix[block] != digests[index]:
                 raise CachedScoresMissing(f"cache block {block} was scored after other tokens than this prompt's")
         if not np.array_equal(self.tokens.reshape(-1)[slots], np.asarray(token_ids[:end], dtype=np.int64)):
             raise CachedScoresMissing("some cached positions were never scored for these tokens")

@@ -6,6 +6,7 @@ so the model reads, and the guard scores, the text a reviewer sees."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, strategies as st
 
 from innerguard.engine.requests import GuardRequest, RequestError, invisible
 
@@ -39,6 +40,15 @@ def test_refuse_names_the_character_and_where_it_is():
                                            r"U\+202E RIGHT-TO-LEFT OVERRIDE, at offset 2"):
         invisible.apply_to_messages([{"role": "system", "content": "Summarise."},
                                      {"role": "user", "content": "Hi\u202e" + EMAIL}], "refuse")
+
+
+@given(st.text(alphabet=st.sampled_from("ab \t\n\r\x00\x7f\u00a0\u00ad\u200b\u200c\u200d\u2028\u202e\u3000"
+                                           "\ufeff\ufdd0\uffff\U000E0041\u0645\U0001F468"), max_size=40))
+def test_the_first_invisible_character_is_found_wherever_it_is(text):
+    # The fast path skips runs that are printable as a whole; the answer must
+    # be the one a look at every character gives.
+    every = next((i for i in range(len(text)) if invisible._invisible(text, i)), None)
+    assert invisible.first_invisible(text) == every
 
 
 def test_keep_sends_the_text_as_it_came():
