@@ -137,9 +137,10 @@ def token_probe_hook(runtime, layer: int):
                 wanted.append(rows)
         if not wanted:
             return
-        # One projection per probe over every row of the step that wants it,
-        # then a slice per request: per request and probe, four kernels
-        # became one, and on a GPU each launch is host time in every step.
+        # One projection per probe over the rows from the first to the last
+        # that want it (rows between them are projected too: a slice costs
+        # no gather), then a slice per request: per request and probe, four
+        # kernels became one, and on a GPU each launch is host time.
         lo = min(rows.prompt_rows[0] for rows in wanted)
         hi = max(rows.prompt_rows[1] for rows in wanted)
         projected: dict[str, torch.Tensor] = {}
