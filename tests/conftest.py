@@ -140,7 +140,10 @@ def engine_in_this_process():
     engine, worker and model runner; on a GPU vLLM runs the worker in the
     core's process too. For engines that start, serve a batch and stop;
     one that is driven from outside (requests added, aborted, or watched
-    while they run) needs a core that steps by itself: vLLM's default."""
+    while they run) needs a core that steps by itself: vLLM's default.
+    At most one engine of this kind is alive at a time: two in one process
+    share vLLM's process-wide state (tried with the runtime folder's
+    compiled engine beside an eager one: their steered tokens differed)."""
     from vllm import envs
 
     before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")

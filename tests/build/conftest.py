@@ -1,8 +1,9 @@
 """Fixtures for the build tests: one engine per test module (module scope:
 each module starts its own and stops it at the end), the Hugging Face
-reference model, and a fixed build date."""
+reference model (loaded once), and a fixed build date."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -14,14 +15,18 @@ from build_helpers import EPOCH  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def recording_llm(smollm2_dir):
+def recording_llm(smollm2_dir, in_this_process):
+    """A build only generates batches and reads captures back: its engine
+    runs in the test's process (tests/conftest.py, engine_in_this_process)."""
     from innerguard.engine.build.engine import recording_engine
 
-    with recording_engine(smollm2_dir) as llm:
+    with contextlib.ExitStack() as stack:
+        with in_this_process():
+            llm = stack.enter_context(recording_engine(smollm2_dir))
         yield llm
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # four modules read it; a few seconds to load each time
 def reference(smollm2_dir):
     from innerguard.engine.reference import load_reference_model
 
