@@ -13,7 +13,7 @@ own process, on a random-weight 1.5B-shaped Llama in bfloat16.
     python benchmarks/bench_gpu.py all WORKDIR --tp 2 --compare-with TP1/summary.json
                                                                   # tensor parallel 2, its focus vs TP=1's
 
-Workload: 256 requests, each a ~480-token document under a one-line system
+Workload: 256 requests (BENCH_REQUESTS), each a ~480-token document under a one-line system
 instruction (fresh text every round, so no round is served from the prefix
 cache of the one before), 128 greedy output tokens with ``ignore_eos``; one
 warm-up batch of 16, then the median of ``--rounds`` timed batches. Guarded
@@ -56,7 +56,10 @@ os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
 LAYERS, HIDDEN, HEADS, KV_HEADS, FFN = 28, 1536, 12, 2, 8960
 TRACKED_HEADS = [[layer, head] for layer in range(10, 28) for head in (0, 5, 9)][:48]
 STEER_LAYER = 14
-REQUESTS, OUTPUT_TOKENS, DOC_WORDS = 256, 128, 430
+# BENCH_REQUESTS: requests per round. At 256 a round takes ~2 s on an H100
+# and single pairs ranged 75-122 % (session 28); longer rounds average the noise.
+REQUESTS = int(os.environ.get("BENCH_REQUESTS", "256"))
+OUTPUT_TOKENS, DOC_WORDS = 128, 430
 PROBE_LAYERS = list(range(3, LAYERS, 4))
 MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded",
          "guarded-probe")
@@ -298,7 +301,8 @@ def paired(work: Path, pairs: int, modes: list[str]) -> dict:
                                  for m, t in times.items() if m != "plain-default"},
             "median_ratio_to_plain_without_preparing": {m: round(statistics.median(a / b for a, b in zip(engine_only, t)), 4)
                                                          for m, t in times.items() if m != "plain-default"},
-            "out_tok_s": {m: round(REQUESTS * OUTPUT_TOKENS / statistics.median(t), 1) for m, t in times.items()}}
+            "out_tok_s": {m: round(REQUESTS * OUTPUT_TOKENS / statistics.median(t), 1) for m, t in times.items()},
+            "requests_per_round": REQUESTS}
 
 
 def _profiled(generate, path: Path, result: dict) -> dict:

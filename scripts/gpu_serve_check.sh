@@ -24,6 +24,7 @@
 #                     (benchmarks/bench_gpu.py paired, plain-default against MODE, one process per RUNNER:MODE,
 #                     RUNNER v1 or v2; PAIRS pairs of rounds each; no run starts that could end past DEADLINE
 #                     seconds into the call; $OUT/offline_<tag>.tgz is repacked after every run)
+#                     BENCH_REQUESTS=640: requests per round (default 256, ~2 s a round on an H100: too noisy)
 # Results land in $OUT: serve_check.json, serve_compiled.log, serve_eager.log, setup.log (and parity.json,
 # parity.log; serve_bench_SERVER.tgz: the summary, the server log and vllm bench serve's raw results).
 set -uo pipefail
