@@ -13,7 +13,8 @@ own process, on a random-weight 1.5B-shaped Llama in bfloat16.
     python benchmarks/bench_gpu.py all WORKDIR --tp 2 --compare-with TP1/summary.json
                                                                   # tensor parallel 2, its focus vs TP=1's
 
-Workload: 256 requests (BENCH_REQUESTS), each a ~480-token document under a one-line system
+Workload: 256 requests a round (BENCH_REQUESTS; use 640 on an H100, where 256 is too short to time),
+each a ~480-token document under a one-line system
 instruction (fresh text every round, so no round is served from the prefix
 cache of the one before), 128 greedy output tokens with ``ignore_eos``; one
 warm-up batch of 16, then the median of ``--rounds`` timed batches. Guarded
@@ -57,7 +58,8 @@ LAYERS, HIDDEN, HEADS, KV_HEADS, FFN = 28, 1536, 12, 2, 8960
 TRACKED_HEADS = [[layer, head] for layer in range(10, 28) for head in (0, 5, 9)][:48]
 STEER_LAYER = 14
 # BENCH_REQUESTS: requests per round. At 256 a round takes ~2 s on an H100
-# and single pairs ranged 75-122 % (session 28); longer rounds average the noise.
+# and single V2 pairs ranged 75-122 %; at 640 (~4 s) within a few points
+# (benchmarks/README.md, session 28).
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", "256"))
 OUTPUT_TOKENS, DOC_WORDS = 128, 430
 PROBE_LAYERS = list(range(3, LAYERS, 4))
