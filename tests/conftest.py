@@ -168,6 +168,24 @@ def in_this_process():
     return engine_in_this_process
 
 
+@contextlib.contextmanager
+def _entered_in_this_process(engine):
+    """Enter ``engine`` (a context manager that starts and stops one, such as
+    ``recording_engine(path)``) in this process and yield what it yields; the
+    setting is back as soon as it has started, so engines started later in
+    the block keep vLLM's default."""
+    with contextlib.ExitStack() as stack:
+        with engine_in_this_process():
+            llm = stack.enter_context(engine)
+        yield llm
+
+
+@pytest.fixture(scope="session")
+def enter_in_this_process():
+    """``with enter_in_this_process(recording_engine(path)) as llm: yield llm`` (_entered_in_this_process)."""
+    return _entered_in_this_process
+
+
 @pytest.fixture(scope="session")
 def smollm2_dir():
     from innerguard.engine import models

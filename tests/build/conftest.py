@@ -3,7 +3,6 @@ each module starts its own and stops it at the end), the Hugging Face
 reference model (loaded once), and a fixed build date."""
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
@@ -15,14 +14,12 @@ from build_helpers import EPOCH  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def recording_llm(smollm2_dir, in_this_process):
+def recording_llm(smollm2_dir, enter_in_this_process):
     """A build only generates batches and reads captures back: its engine
     runs in the test's process (tests/conftest.py, engine_in_this_process)."""
     from innerguard.engine.build.engine import recording_engine
 
-    with contextlib.ExitStack() as stack:
-        with in_this_process():
-            llm = stack.enter_context(recording_engine(smollm2_dir))
+    with enter_in_this_process(recording_engine(smollm2_dir)) as llm:
         yield llm
 
 

@@ -4,7 +4,6 @@ two builds agree, and a layer sweep reports effect and the fluency of text
 steered inside vLLM."""
 from __future__ import annotations
 
-import contextlib
 import json
 
 import pytest
@@ -24,14 +23,12 @@ START_POLICY = ROOT / "tests" / "runtime" / "policies" / "injection.yaml"
 
 
 @pytest.fixture(scope="module")
-def guarded_llm(smollm2_dir, in_this_process):
+def guarded_llm(smollm2_dir, enter_in_this_process):
     """One guarded engine, eager: it records (the vector) and steers (the
     sweep's fluency check); batches only, so in the test's process."""
     from innerguard.engine.build.engine import guarded_engine
 
-    with contextlib.ExitStack() as stack:
-        with in_this_process():
-            llm = stack.enter_context(guarded_engine(smollm2_dir, START_POLICY))
+    with enter_in_this_process(guarded_engine(smollm2_dir, START_POLICY)) as llm:
         yield llm
 
 
