@@ -134,7 +134,9 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                     f"signal {qualified} (token_probe)",
                 ))
             if signal.analyzer == "text":
-                needs.append(Need("prompt text (outside the model, RE2)", f"signal {qualified} (text)"))
+                what = ("generated text after every token (outside the model, RE2)" if signal.span == "generated"
+                        else "prompt text (outside the model, RE2)")
+                needs.append(Need(what, f"signal {qualified} (text)"))
             unit = analyzer_units.get(signal.analyzer)
             if unit is not None:
                 wanted = unit.needs(params)

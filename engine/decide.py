@@ -398,14 +398,16 @@ class _Rule:
 
 
 class _Policy:
-    __slots__ = ("program", "rules", "by_id", "signals", "context", "selector", "short", "order", "applied", "warn", "fail_closed")
+    __slots__ = ("program", "rules", "by_id", "signals", "context", "selector", "short", "order", "applied", "warn", "fail_closed", "refusal")
 
-    def __init__(self, program: PolicyProgram):
+    def __init__(self, program: PolicyProgram, phase: str = "prompt"):
         self.program = program
         qualify = lambda name: name if "." in name else f"{program.name}.{name}"  # noqa: E731
-        self.rules = tuple(_Rule(program.name, i, r, qualify) for i, r in enumerate(program.rules))
+        output = phase == "output"
+        self.rules = tuple(_Rule(program.name, i, r, qualify) for i, r in enumerate(program.rules)
+                           if bool(r.params.get("output")) == output)
         self.by_id = {r.id: r for r in self.rules}
-        read = list(program.signals)
+        read = [] if output else list(program.signals)
         for rule in self.rules:
             read += [s for s, _ in rule.signals if s not in read]
         self.signals = tuple(read)
@@ -417,6 +419,7 @@ class _Policy:
         self.applied = program.mode != "shadow"
         self.warn = program.mode == "warn"
         self.fail_closed = program.on_error == "fail-closed"
+        self.refusal = "stop" if output else "block"  # what failing closed does in this phase
 
     def selects(self, request: Mapping[str, Any] | None) -> bool:
         return selector_matches(self.selector, request)
@@ -441,10 +444,16 @@ def selector_matches(selector: Mapping[str, Any], request: Mapping[str, Any] | N
 
 
 class Evaluator:
-    """Compiles a policy set's rules once; ``evaluate`` runs per request."""
+    """Compiles a policy set's rules once; ``evaluate`` runs per request.
 
-    def __init__(self, programs: Iterable[PolicyProgram]):
-        policies = [_Policy(p) for p in programs]
+    ``phase``: ``"prompt"`` evaluates the rules decided at prefill (in the
+    worker); ``"output"`` only the output rules (those that read the
+    generated text), which the engine evaluates as tokens arrive."""
+
+    def __init__(self, programs: Iterable[PolicyProgram], phase: str = "prompt"):
+        if phase not in ("prompt", "output"):
+            raise ValueError(f"phase must be 'prompt' or 'output', not {phase!r}")
+        policies = [_Policy(p, phase) for p in programs]
         # Verdict ties: policy priority (higher first), then name.
         for order, policy in enumerate(sorted(policies, key=lambda p: (-p.program.priority, p.program.name))):
             policy.order = order
@@ -489,9 +498,9 @@ class Evaluator:
             error = f"rule {rule.id} could not be evaluated ({reasons}); {program.on_error}"
         # A block rule that fired is the reason even when another rule failed:
         # the client is told what was detected, not that something else broke.
-        failed_closed = bool(errors) and policy.fail_closed and not (hits and hits[0].action == "block")
+        failed_closed = bool(errors) and policy.fail_closed and not (hits and hits[0].action == policy.refusal)
         if failed_closed:
-            deciding, rule_action, action = errors[0][0], "block", "block"
+            deciding, rule_action, action = errors[0][0], policy.refusal, policy.refusal
         elif hits:
             deciding = hits[0]
             rule_action = action = deciding.action
@@ -500,7 +509,7 @@ class Evaluator:
         if policy.warn and action != "allow" and action != "flag":
             action = "flag"
         message = (self._message(policy, deciding, rule_action, read, failed_closed)
-                   if action == "block" or action == "flag" else None)
+                   if action in ("block", "flag", "stop") else None)
         return Decision(
             program.name, program.version, program.revision, program.mode, program.priority,
             action, deciding.id if deciding else None, rule_action, policy.applied,

@@ -28,6 +28,7 @@ from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.logging import get_logger
+from innerguard.engine.output_watch import OutputRules, RequestWatch
 from innerguard.engine.plan import Plan
 from innerguard.engine.requests import GuardRequest, PreparedRequest, RequestError, invisible, prepare_many
 from innerguard.engine.verdicts import FINISH_BLOCKED, explain, refuse, undecided
@@ -53,6 +54,7 @@ class GuardedOutput:
     latency_ms: float | None = None  # from prefill start to decision, in the worker
     prefill_tokens: int | None = None
     documents: dict[str, Any] = field(default_factory=dict)  # per reranker signal: scores, order
+    output_decisions: list[dict[str, Any]] = field(default_factory=list)  # output rules that stopped or flagged
     output: Any = None  # vLLM's RequestOutput, when the request ran
 
     @property
@@ -70,6 +72,7 @@ class GuardedOutput:
                 {k: d.get(k) for k in ("policy", "version", "action", "mode", "rule", "signals", "error")}
                 for d in self.decisions
             ],
+            **({"output_decisions": self.output_decisions} if self.output_decisions else {}),
             **({"error": self.error} if self.error else {}),
         }
 
@@ -99,6 +102,7 @@ class GuardedLLM:
         self.audit = AuditLog(audit_log, key=load_key(audit_key_file), durability=audit_durability) if audit_log else None
         self.model_name = str(model)
         self._verdicts: dict[str, dict[str, Any]] = {}  # taken from the worker, not yet returned
+        self._output_decisions: dict[int, list[dict[str, Any]]] = {}  # by id(prepared), not yet returned
         self.plan: Plan | None = None
         self.install_info: dict[str, Any] = {}  # the workers' answer to the last install (runner, hook points, KV read-back)
         self.install(plan)
@@ -113,6 +117,7 @@ class GuardedLLM:
         """Install ``plan`` in every worker and prove its hooks fire."""
         info = install_plan(self.llm, plan)
         self.plan, self.install_info = plan, info
+        self.output_rules = OutputRules(plan)
         self.share_prefix_cache = bool(info.get("reads_kv_cache"))
         self.share_token_scores = bool(info.get("reads_token_scores"))
         log.info("plan installed", bundle_hash=plan.bundle_hash, runner=info["runner"], hooks=len(info["hook_points"]),
@@ -193,10 +198,17 @@ class GuardedLLM:
         by_id: dict[str, PreparedRequest] = {}
         after: dict[str, PreparedRequest] = {}  # by calibration pass: the request that starts when it ends
         waiting: dict[str, PreparedRequest] = {}
+        watched: dict[str, RequestWatch] = {}  # requests with output rules, read after every step
 
         def add(p: PreparedRequest) -> None:
             request_id = f"innerguard-{batch}-{len(by_id)}"
-            engine.add_request(request_id, _engine_prompt(p.prompt_token_ids, p.cache_salt), self._params(base, p))
+            params = self._params(base, p)
+            if p.args is not None and self.output_rules.watch(p.policies) is not None:
+                from vllm.sampling_params import RequestOutputKind
+
+                params.output_kind = RequestOutputKind.CUMULATIVE
+                watched[request_id] = RequestWatch(self.output_rules, p.policies, params.n)
+            engine.add_request(request_id, _engine_prompt(p.prompt_token_ids, p.cache_salt), params)
             by_id[request_id] = p
             if p.key:
                 waiting[p.key] = p
@@ -220,7 +232,18 @@ class GuardedLLM:
         outputs: dict[int, Any] = {}
         while engine.has_unfinished_requests():
             for out in engine.step():
-                if not out.finished:
+                watch = watched.get(out.request_id)
+                if watch is not None:
+                    every_one_ended = watch.update(out)
+                    if not (out.finished or every_one_ended):
+                        continue
+                    if not out.finished:  # every completion stopped: nothing more is generated
+                        engine.abort_request([out.request_id])
+                        out.finished = True
+                    del watched[out.request_id]
+                    out.outputs = watch.outputs()
+                    self._output_decisions[id(by_id[out.request_id])] = watch.events()
+                elif not out.finished:
                     continue
                 if out.request_id in after:
                     add(after.pop(out.request_id))
@@ -280,18 +303,22 @@ class GuardedLLM:
         if prepared.args is not None:
             result = explain(prepared, self._verdicts.pop(prepared.key, None) or undecided(prepared))
         blocked = bool(result.get("blocked"))
+        output_decisions = self._output_decisions.pop(id(prepared), [])
         if blocked:
             refuse(out, result.get("message"), keep_logprobs=False)
+            output_decisions = []  # nothing was generated to decide on
         if self.audit is not None and prepared.args is not None:
             finished = out.outputs[0]
             self.audit.record_completion(request.id, output=finished.text, output_tokens=len(finished.token_ids),
-                                         finish_reason=finished.finish_reason)
+                                         finish_reason=finished.finish_reason, output_decisions=output_decisions)
+        stopped = any(d["action"] == "stop" and d["applied"] and d["completion"] == completion.index
+                      for d in output_decisions)
         return GuardedOutput(
             id=request.id,
             text=(result.get("message") or "") if blocked else completion.text,
             token_ids=() if blocked else tuple(completion.token_ids),
             finish_reason=FINISH_BLOCKED if blocked else completion.finish_reason,
-            action=result.get("action", "allow") if result else "allow",
+            action="stop" if stopped else result.get("action", "allow") if result else "allow",
             blocked=blocked,
             decisions=list(result.get("decisions", ())),
             signals=dict(result.get("signals", {})),
@@ -299,6 +326,7 @@ class GuardedLLM:
             latency_ms=result.get("decision_latency_ms"),
             prefill_tokens=result.get("prefill_tokens"),
             documents=dict(result.get("details") or {}),
+            output_decisions=output_decisions,
             output=out,
         )
 

@@ -19,7 +19,7 @@ PLAN_VERSION = "innerguard.plan/v1"
 # An analyzer's name: a legacy one (attention_tracker, reranker, probe,
 # token_probe, text) or a unit's (engine/analyzers), which other packages may add.
 AnalyzerKind = str
-Action = Literal["block", "steer", "flag", "rerank", "drop_documents", "allow"]
+Action = Literal["block", "stop", "steer", "flag", "rerank", "drop_documents", "allow"]
 Mode = Literal["enforce", "shadow", "warn"]
 OnError = Literal["fail-closed", "fail-open"]
 

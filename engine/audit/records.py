@@ -208,7 +208,8 @@ class RecordBuilder:
         return common, records
 
     def completion(self, request_id: str, decision_ids: Sequence[str], store: bool, *, output: str | None,
-                   output_tokens: int | None, finish_reason: str | None, completed_at: float) -> dict[str, Any]:
+                   output_tokens: int | None, finish_reason: str | None, completed_at: float,
+                   output_decisions: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         at = rfc3339(completed_at)
         record = {
             "schema_version": SCHEMA_VERSION,
@@ -221,7 +222,15 @@ class RecordBuilder:
             "finish_reason": finish_reason,
             "metrics": {"gen_ai.usage.output_tokens": output_tokens},
         }
+        if output_decisions:
+            record["output_decisions"] = [_output_decision(d) for d in output_decisions]
         return self.redactor(record)
+
+
+def _output_decision(d: Mapping[str, Any]) -> dict[str, Any]:
+    keep = ("rule", "rule_action", "action", "mode", "applied", "completion", "token_index", "signals", "message", "error")
+    return {"policy": {"name": d.get("policy"), "version": d.get("version"), "revision": d.get("revision")},
+            **{k: d[k] for k in keep if k in d}}
 
 
 def _result(d: Mapping[str, Any], applied_steers: set, steers: list[dict]) -> dict[str, Any]:

@@ -126,10 +126,12 @@ class AuditLog:
         return self._put(("decision", result, plan, request, time.time() if decided_at is None else decided_at))
 
     def record_completion(self, request_id: str, *, output: str | None = None, output_tokens: int | None = None,
-                          finish_reason: str | None = None) -> Ack:
+                          finish_reason: str | None = None, output_decisions: list[dict[str, Any]] | None = None) -> Ack:
         """Enqueue a ``completion`` record: the output's hash, length and token
-        count, linked to the request's decision records."""
-        return self._put(("completion", str(request_id), output, output_tokens, finish_reason, time.time()))
+        count, linked to the request's decision records, with the output
+        rules that stopped or flagged it (``OutputWatch.events``)."""
+        return self._put(("completion", str(request_id), output, output_tokens, finish_reason, time.time(),
+                          list(output_decisions or ())))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything enqueued so far is durable."""
@@ -271,10 +273,10 @@ class AuditLog:
                     return [self._chain_parts(shared, own) for own in owns]
                 records = [self.builder.redactor({**common, **own}) for own in owns]
             else:
-                _, request_id, output, tokens, finish, at = item
+                _, request_id, output, tokens, finish, at, output_decisions = item
                 decision_ids, store = self._decisions.pop(request_id, ([], self.builder.store_all))
                 records = [self.builder.completion(request_id, decision_ids, store, output=output, output_tokens=tokens,
-                                                   finish_reason=finish, completed_at=at)]
+                                                   finish_reason=finish, completed_at=at, output_decisions=output_decisions)]
         except Exception as exc:  # a malformed result must not stop the writer: record it
             records = [self._note("error", {"message": f"{type(exc).__name__}: {exc}", "item": item[0]})]
         return [self._chain(r) for r in records]

@@ -18,7 +18,8 @@ from innerguard.engine.policy.templates import analyze
 from innerguard.engine.policy.yamlsafe import Marks
 
 ACTION_KEYS = {"steer": "steer"}
-MESSAGE_ACTIONS = ("block", "flag")
+MESSAGE_ACTIONS = ("block", "flag", "stop")
+OUTPUT_ACTIONS = ("stop", "flag")
 
 
 def check_policy(policy: Policy, marks: Marks) -> list[Finding]:
@@ -87,7 +88,7 @@ class _PolicyChecker:
             elif isinstance(s, TextSignal):
                 if not s.pattern and not s.keywords:
                     self.add("IG102", f"text signal {s.name!r} needs 'pattern' or 'keywords'", path, key=True)
-                if s.span != "prompt" and s.span not in spans:
+                if s.span not in ("prompt", "generated") and s.span not in spans:
                     self.add("IG102", f"text signal {s.name!r} searches the {s.span} span, but spans.{s.span} is not defined", path + ("span",))
                 if s.pattern:
                     for problem in regexes.check(s.pattern):
@@ -125,7 +126,8 @@ class _PolicyChecker:
             if key in present and rule.action != action:
                 self.add("IG210", f"rule {rule.id!r}: '{key}' is only read by action {action}, not {rule.action}", path + (key,), key=True)
         if "message" in present and rule.action not in MESSAGE_ACTIONS:
-            self.add("IG210", f"rule {rule.id!r}: 'message' is only read by actions block and flag, not {rule.action}", path + ("message",), key=True)
+            self.add("IG210", f"rule {rule.id!r}: 'message' is only read by actions block, flag and stop, not {rule.action}", path + ("message",), key=True)
+        self.check_output_rule(rule, path)
         if rule.action == "steer":
             if rule.steer is None:
                 self.add("IG210", f"rule {rule.id!r}: action steer needs a 'steer:' block (vector, layer, coefficient)", path + ("action",))
@@ -140,6 +142,21 @@ class _PolicyChecker:
         if rule.action in ("rerank", "drop_documents"):
             if not any(s.type == "vector" for s in self.policy.signals):
                 self.add("IG210", f"rule {rule.id!r}: {rule.action} acts on documents, but the policy defines no reranker signal", path + ("action",))
+
+    def check_output_rule(self, rule: Rule, path: tuple) -> None:
+        if rule.condition is None:
+            return
+        generated = self.policy.generated_signals()
+        read = {name for name, _ in c.signals_in(rule.condition)}
+        if not read & generated:
+            if rule.action == "stop":
+                self.add("IG213", f"rule {rule.id!r}: action stop ends a generation, but the rule reads no signal with span 'generated'", path + ("action",))
+            return
+        if read - generated:
+            prompt = ", ".join(sorted(read - generated))
+            self.add("IG213", f"rule {rule.id!r} reads the generated text and prompt signals ({prompt}); an output rule reads only 'generated' signals", path + ("when",))
+        if rule.action not in OUTPUT_ACTIONS:
+            self.add("IG213", f"rule {rule.id!r} reads the generated text, so it can only stop or flag, not {rule.action}", path + ("action",))
 
     def check_template(self, rule: Rule, path: tuple) -> None:
         report = analyze(rule.message)

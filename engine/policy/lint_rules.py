@@ -119,6 +119,9 @@ _RULES = [
     RuleInfo("IG212", W, "duplicate rule",
              "Two rules of a policy have the same condition and the same action; the second adds nothing.",
              "Delete one of them."),
+    RuleInfo("IG213", E, "output rule misused",
+             "A rule that reads a signal with span 'generated' is an output rule: it is evaluated on the text the model has written so far, after every generated token, and can only stop the generation or flag it. Prompt signals are decided at prefill, before any output exists, so one rule cannot read both, and 'stop' needs something generated to stop on.",
+             "Give output rules action stop or flag and only 'generated' signals; put prompt conditions in a rule of their own (block, steer, flag)."),
     # -- actions and templates -------------------------------------------
     RuleInfo("IG301", E, "invalid message template",
              "A block or flag message is a Jinja2 template and it does not parse.",

@@ -35,6 +35,9 @@ SignalType = Literal["number", "vector", "boolean"]
 DEFAULT_BLOCK_MESSAGE = (
     "This request was blocked by policy {{ policy.name }} (rule {{ rule.id }})."
 )
+DEFAULT_STOP_MESSAGE = (
+    "The rest of this answer was withheld by policy {{ policy.name }} (rule {{ rule.id }})."
+)
 
 # What each analyzer's signal can take; the linter checks thresholds against it.
 SIGNAL_RANGES: dict[str, tuple[float, float]] = {
@@ -163,7 +166,7 @@ class TextSignal(Signal):
     pattern: str | None = None
     keywords: tuple[str, ...] = ()
     case_sensitive: bool = False
-    span: Literal["prompt", "trusted", "untrusted"] = "prompt"
+    span: Literal["prompt", "trusted", "untrusted", "generated"] = "prompt"
     type: SignalType = "boolean"
 
     @property
@@ -221,6 +224,8 @@ class Rule:
         out: dict[str, Any] = {"priority": self.priority}
         if self.action == "block":
             out["message"] = self.message or DEFAULT_BLOCK_MESSAGE
+        elif self.action == "stop":
+            out["message"] = self.message or DEFAULT_STOP_MESSAGE
         elif self.message:
             out["message"] = self.message
         if self.action == "steer":
@@ -261,6 +266,15 @@ class Policy:
     def qualified(self, signal: str) -> str:
         return f"{self.name}.{signal}"
 
+    def generated_signals(self) -> frozenset[str]:
+        """Short names of the signals that read what the model writes."""
+        return frozenset(s.name for s in self.signals if isinstance(s, TextSignal) and s.span == "generated")
+
+    def reads_generated(self, rule: Rule) -> bool:
+        """An output rule: evaluated on the generated text, not at prefill."""
+        generated = self.generated_signals()
+        return rule.condition is not None and any(n in generated for n, _ in conditions.signals_in(rule.condition))
+
     def used_signals(self) -> tuple[str, ...]:
         """Short names of signals read by conditions or message templates, in
         definition order."""
@@ -284,9 +298,12 @@ class Policy:
             priority=self.priority,
             selector={k: list(v) for k, v in self.selector.items()},
             spans={k: v.to_dict() for k, v in self.spans.items()},
-            signals=tuple(self.qualified(s) for s in self.used_signals()),
+            # The worker decides at prefill and reads only prompt signals; the
+            # generated text's are computed by the engine as tokens arrive.
+            signals=tuple(self.qualified(s) for s in self.used_signals() if s not in self.generated_signals()),
             rules=tuple(
-                RuleProgram(id=r.id, condition=conditions.to_data(r.condition), action=r.action, params=r.params(self.name))
+                RuleProgram(id=r.id, condition=conditions.to_data(r.condition), action=r.action,
+                            params={**r.params(self.name), **({"output": True} if self.reads_generated(r) else {})})
                 for r in self.rules
             ),
         )

@@ -13,7 +13,9 @@ from jinja2 import StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 # A policy's decision is its strongest firing rule, in this order.
-ACTION_RANK = {"block": 5, "steer": 4, "drop_documents": 3, "rerank": 2, "flag": 1, "allow": 0}
+# ``stop`` ends a generation on what the model wrote (output rules); it is
+# never weighed against ``block``, which is decided before any output exists.
+ACTION_RANK = {"stop": 5, "block": 5, "steer": 4, "drop_documents": 3, "rerank": 2, "flag": 1, "allow": 0}
 
 # What a rule's message may read: variable -> its attributes (None: any key).
 TEMPLATE_VARIABLES = {

@@ -1,5 +1,5 @@
-"""Text signals (keywords, RE2 patterns) are computed here, outside the
-model, over the same spans the in-model analyzers read."""
+"""Text signals (keywords, RE2 patterns) on the prompt are computed here,
+outside the model, over the same spans the in-model analyzers read."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -19,12 +19,12 @@ def text_signals(
     owner = {s: p for p in policies for s in p.signals}
     values = {}
     for spec in plan.analyzers:
-        if spec.kind != "text" or spec.signal not in owner:
-            continue
+        if spec.kind != "text" or spec.signal not in owner or spec.params.get("span") == "generated":
+            continue  # the generated text's signals are read as tokens arrive (engine/output_watch.py)
         trusted, untrusted = ranges[owner[spec.signal].name]
         span = spec.params.get("span", "prompt")
         text = _whole(rendering) if span == "prompt" else _text(rendering, trusted if span == "trusted" else untrusted)
-        values[spec.signal] = any(m.matches(text) for m in _matchers(spec.params))
+        values[spec.signal] = any(m.matches(text) for m in signal_matchers(spec.params))
     return values
 
 
@@ -43,7 +43,9 @@ def _text(rendering: Rendering, ranges: Ranges) -> str:
 _compiled: dict[tuple, tuple[textmatch.TextMatcher, ...]] = {}
 
 
-def _matchers(params: Mapping[str, Any]) -> tuple[textmatch.TextMatcher, ...]:
+def signal_matchers(params: Mapping[str, Any]) -> tuple[textmatch.TextMatcher, ...]:
+    """A text signal's compiled keywords and pattern (compiled once per
+    parameter set)."""
     case_sensitive = bool(params.get("case_sensitive", False))
     key = (tuple(params.get("keywords") or ()), params.get("pattern"), case_sensitive)
     if key not in _compiled:

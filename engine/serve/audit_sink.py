@@ -35,8 +35,10 @@ class ServerAudit:
         if self.durability == "sync":
             await asyncio.to_thread(ack.wait)
 
-    def completed(self, result: dict[str, Any], output_tokens: int, finish_reason: str | None) -> None:
-        self.log.record_completion(result["decision_id"], output_tokens=output_tokens, finish_reason=finish_reason)
+    def completed(self, result: dict[str, Any], output_tokens: int, finish_reason: str | None,
+                  output_decisions: list[dict[str, Any]] | None = None) -> None:
+        self.log.record_completion(result["decision_id"], output_tokens=output_tokens, finish_reason=finish_reason,
+                                   output_decisions=output_decisions)
 
     def status(self) -> dict[str, Any]:
         return {"head": self.log.head, "stream": str(self.log.path), "backlog": self.log.backlog,

@@ -8,10 +8,13 @@ request context and is refused: no path reaches the engine unguarded.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 from typing import Any, AsyncGenerator, Mapping
 
 from vllm.sampling_params import RequestOutputKind
 
+from innerguard.engine.output_watch import HOLD_BACK, OutputRules, RequestWatch
 from innerguard.engine.requests import GuardRequest, PreparedRequest, prepare
 from innerguard.engine.verdicts import explain, refuse, undecided
 from innerguard.engine.serve import context
@@ -28,6 +31,7 @@ class GuardedEngineClient:
     def __init__(self, engine, guard):
         self._engine = engine
         self._guard = guard
+        self._output_rules: tuple[str, OutputRules] | None = None  # of the newest plan served
 
     def __getattr__(self, name: str) -> Any:  # everything else is vLLM's
         return getattr(self._engine, name)
@@ -58,8 +62,10 @@ class GuardedEngineClient:
             return
         params = sampling_params.clone()
         params.extra_args = {**(params.extra_args or {}), **prepared.extra_args}
-        final_only = params.output_kind == RequestOutputKind.FINAL_ONLY
-        if final_only:  # see the verdict after the first step, not at the end
+        asked = params.output_kind
+        final_only = asked == RequestOutputKind.FINAL_ONLY
+        watch = self._watch(plan, prepared, params.n)
+        if final_only or watch is not None:  # see the verdict after the first step; the output rules every step
             params.output_kind = RequestOutputKind.CUMULATIVE
         salt = self._guard.cache_salt(ctx.tenant, client_salt, prepared.cache_salt, prepared.shared_salt)
         engine_prompt = {"prompt_token_ids": list(prepared.prompt_token_ids), **({"cache_salt": salt} if salt else {})}
@@ -67,7 +73,7 @@ class GuardedEngineClient:
             await self._calibrate(prepared, request_id)
         stream = self._engine.generate(engine_prompt, params, request_id, **kwargs)
         result = None
-        usage = _Usage(params.output_kind)
+        usage = _Usage(asked)  # counted as the client receives it
         try:
             first = await anext(stream, None)
             result = await self._guard.fetcher.take(prepared.key) if first is not None else None
@@ -80,7 +86,12 @@ class GuardedEngineClient:
                 return
             await ctx.all_decided()  # nothing of any prompt before every verdict is in
             if result.get("blocked"):
+                watch = None  # nothing was generated to decide on
                 yield usage.add(refuse(first, result.get("message"), n=params.n, keep_logprobs=params.logprobs is not None))
+                return
+            if watch is not None:
+                async for out in _released(first, stream, watch, asked):
+                    yield usage.add(out)
                 return
             if not final_only:
                 yield usage.add(first)
@@ -97,7 +108,13 @@ class GuardedEngineClient:
         finally:
             await stream.aclose()
             if result is not None:
-                self._guard.completed(result, usage.tokens, usage.finish_reason)
+                self._guard.completed(result, usage.tokens, usage.finish_reason, watch.events() if watch else None)
+
+    def _watch(self, plan, prepared: PreparedRequest, n: int) -> RequestWatch | None:
+        if self._output_rules is None or self._output_rules[0] != plan.bundle_hash:
+            self._output_rules = (plan.bundle_hash, OutputRules(plan))
+        rules = self._output_rules[1]
+        return RequestWatch(rules, prepared.policies, n) if rules.watch(prepared.policies) is not None else None
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)
@@ -123,6 +140,70 @@ class GuardedEngineClient:
         prompt = {"prompt_token_ids": list(calibration.prompt_token_ids), "cache_salt": prepared.cache_salt}
         async for _ in self._engine.generate(prompt, params, f"{INTERNAL}calibration-{request_id}"):
             pass
+
+
+async def _released(first, stream, watch: RequestWatch, asked) -> AsyncGenerator[Any, None]:
+    """What the client may see of a request with output rules: vLLM's
+    cumulative outputs, read by the rules after every step, returned in the
+    kind the client asked for. A stream keeps the newest ``HOLD_BACK`` tokens
+    of each completion back until the rules have read past them; a stopped
+    completion ends at its cut with ``content_filter``; once every completion
+    has ended the request ends (closing ``stream`` aborts it in the engine)."""
+    sent: dict[int, tuple[int, int]] = {}  # completion index -> tokens, characters returned
+    ended: set[int] = set()  # completions whose finish has been returned
+    out = first
+    while out is not None:
+        every_one_ended = watch.update(out)
+        last = out.finished or every_one_ended
+        if asked == RequestOutputKind.FINAL_ONLY:
+            if last:
+                final = copy.copy(out)
+                final.outputs = [
+                    dataclasses.replace(c, text=c.text + _stop_suffix(stop, len(c.text)))
+                    if (stop := watch.watches[c.index].stop) is not None else c
+                    for c in watch.outputs()
+                ]
+                final.finished = True
+                yield final
+                return
+        else:
+            completions = []
+            for completion, tokens, chars in watch.released(HOLD_BACK):
+                index = completion.index
+                done = completion.finish_reason is not None and tokens == len(completion.token_ids)
+                was_tokens, was_chars = sent.get(index, (0, 0))
+                if index in ended or (tokens == was_tokens and not done):
+                    continue
+                start_tokens, start_chars = (was_tokens, was_chars) if asked == RequestOutputKind.DELTA else (0, 0)
+                logprobs = completion.logprobs
+                stop = watch.watches[index].stop
+                # The wire has no other place for the policy's message: it ends a stopped choice's text.
+                message = _stop_suffix(stop, chars) if done and stop is not None else ""
+                completions.append(dataclasses.replace(
+                    completion,
+                    text=completion.text[start_chars:chars] + message,
+                    token_ids=list(completion.token_ids[start_tokens:tokens]),
+                    logprobs=logprobs[start_tokens:tokens] if logprobs is not None else None,
+                    finish_reason=completion.finish_reason if done else None,
+                    stop_reason=completion.stop_reason if done else None,
+                ))
+                sent[index] = (tokens, chars)
+                if done:
+                    ended.add(index)
+            if completions:
+                step = copy.copy(out)
+                step.outputs, step.finished = completions, last
+                yield step
+            if last:
+                return
+        out = await anext(stream, None)
+
+
+def _stop_suffix(stop, returned_chars: int) -> str:
+    """The stop rule's message, after a blank line when some text came first."""
+    if not stop.message:
+        return ""
+    return ("\n\n" if returned_chars else "") + stop.message
 
 
 class _Usage:

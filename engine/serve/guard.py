@@ -128,9 +128,10 @@ class ServerGuard:
         if self.audit is not None:
             await self.audit.record(ctx, prepared, result, plan)
 
-    def completed(self, result: dict[str, Any], output_tokens: int, finish_reason: str | None) -> None:
+    def completed(self, result: dict[str, Any], output_tokens: int, finish_reason: str | None,
+                  output_decisions: list[dict[str, Any]] | None = None) -> None:
         if self.audit is not None:
-            self.audit.completed(result, output_tokens, finish_reason)
+            self.audit.completed(result, output_tokens, finish_reason, output_decisions)
 
     def describe(self, ctx) -> dict[str, Any]:
         """The response's ``innerguard`` object."""

@@ -112,3 +112,18 @@ def test_a_logistic_probe_takes_its_bias_from_its_artifact(smollm2_dir):
     with safe_open(str(SHIPPED / "artifacts" / "smollm2-135m-instruct.medical-concept.safetensors"), framework="pt") as f:
         assert spec.params["bias"] == pytest.approx(float(f.get_tensor("bias")[0]))
     assert spec.params["score"] == "probability"
+
+
+def test_an_output_rule_compiles_to_a_plan_the_schema_accepts(smollm2_dir):
+    example = ROOT / "examples" / "canary-leak"
+    result = compile_cli(str(example), "--model", str(smollm2_dir), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    schema = json.loads((ROOT / "schemas" / "plan.schema.json").read_text())
+    plan = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(schema).validate(plan)
+    (program,) = plan["policies"]
+    assert program["signals"] == []  # the worker reads none of them: they are on the generated text
+    assert {r["id"]: (r["action"], r["params"].get("output")) for r in program["rules"]} == {
+        "stop-canary-leak": ("stop", True), "flag-instruction-talk": ("flag", True)}
+    text = compile_cli(str(example), "--model", str(smollm2_dir), "--format", "text").stdout
+    assert "generated text after every token" in text

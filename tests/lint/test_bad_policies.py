@@ -35,6 +35,14 @@ signals:
 """  # lines 9-12: rules start at line 13
 
 
+OUTPUT_SIGNAL = """\
+  leak:
+    analyzer: text
+    keywords: [ZEBRA-42]
+    span: generated
+"""  # lines 13-16: rules start at line 17
+
+
 @dataclass
 class Case:
     id: str
@@ -96,6 +104,10 @@ CASES = [
     Case("duplicate-rule-id", rules(BLOCK_LOW, "  - id: low\n    when: focus > 0.9\n    action: flag\n"), "IG208", 17),
     Case("unused-signal", HEAD + FOCUS + "  spare:\n    analyzer: text\n    keywords: [x]\nrules:\n" + BLOCK_LOW, "IG209", 13),
     Case("duplicate-rule", rules("  - id: a\n    when: focus > 0.9\n    action: flag\n", "  - id: b\n    when: focus > 0.9\n    action: flag\n"), "IG212", 18),
+    # ---- output rules (span: generated) ---------------------------------------
+    Case("stop-on-the-prompt", rules("  - id: s\n    when: focus < 0.4\n    action: stop\n"), "IG213", 16),
+    Case("output-rule-reads-the-prompt", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak and focus < 0.4\n    action: stop\n", "IG213", 19),
+    Case("output-rule-blocks", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak\n    action: block\n", "IG213", 20),
     # ---- actions, templates ---------------------------------------------------
     Case("steer-without-params", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n"), "IG210", 16),
     Case("steer-params-on-flag", rules("  - id: f\n    when: focus < 0.4\n    action: flag\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n"), "IG210", 17, setup=vec(layer=1)),

@@ -44,12 +44,28 @@ rules:
 """
 
 
+# Output rules (span: generated), added by name: stop an answer before its
+# first whole-word "{word}".
+STOP_WORD = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: stop-{word}, version: 1.0.0, owner: tests, description: Stops an answer at its first "{word}".}}
+applies_to: {{tags: [stop-{word}]}}
+signals:
+  wrote: {{analyzer: text, keywords: [{word}], span: generated}}
+rules:
+  - {{id: stop-at-{word}, when: wrote, action: stop, message: "Stopped by {{{{ rule.id }}}}."}}
+"""
+
+
 @pytest.fixture(scope="session")
 def served_policies(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("served") / "policies"
     shutil.copytree(SHIPPED, folder, ignore=shutil.ignore_patterns("__init__.py", "__pycache__"))
     (folder / "blocker.yaml").write_text(BLOCKER)
     (folder / "globex-only.yaml").write_text(TENANT_POLICY)
+    for word in ("the", "only"):
+        (folder / f"stop-{word}.yaml").write_text(STOP_WORD.format(word=word))
     return folder
 
 

@@ -1,0 +1,75 @@
+"""Output rules through the real server (issue 35, first part): a streamed
+answer whose text reaches a ``stop`` rule's keyword receives nothing from
+the token where the keyword starts, ends with ``content_filter``, and the
+audit trail names that token; with ``n > 1`` each choice on its own."""
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+
+from serve_requests import ALLOWED, KEY, chat
+from test_serve_audit import _records_of
+
+pytestmark = pytest.mark.vllm
+
+STOP_THE, STOP_ONLY = {"policies": ["stop-the"]}, {"policies": ["stop-only"]}  # tests/serve/conftest.py
+
+
+def _word(word: str):
+    return re.compile(rf"(?i)(?<![\w]){word}(?![\w])")
+
+
+def _post(server, body: dict) -> httpx.Response:
+    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=KEY, timeout=120)
+    assert r.status_code == 200, r.text
+    return r
+
+
+def _events(response: httpx.Response) -> list[dict]:
+    return [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: {")]
+
+
+def test_a_streamed_answer_ends_where_the_stopped_word_starts(server):
+    # Greedy, the answer is "The blender is a great product, but it's not the
+    # only thing ...": "only" comes more than HOLD_BACK tokens in.
+    free = _post(server, chat(ALLOWED, max_tokens=48)).json()["choices"][0]["message"]["content"]
+    first = _word("only").search(free)
+    assert first, f"the unguarded answer has no 'only' to stop on: {free!r}"
+    stream = _events(_post(server, chat(ALLOWED, max_tokens=48, stream=True, innerguard=STOP_ONLY,
+                                        stream_options={"include_usage": True})))
+    choices = [c for e in stream for c in e.get("choices", [])]
+    sent = "".join(c["delta"].get("content") or "" for c in choices)
+    assert [c["finish_reason"] for c in choices if c.get("finish_reason")] == ["content_filter"]
+    # The model's words up to the cut, then the rule's message (a blank line between them).
+    message = "Stopped by stop-at-only."
+    assert sent.endswith(message)
+    written = sent[:-len(message)].removesuffix("\n\n")
+    assert free.startswith(written) and len(written) <= first.start() < len(written) + 8
+    assert len([c for c in choices if c["delta"].get("content")]) > 2  # released as it was cleared, not at the end
+    tokens = stream[-1]["usage"]["completion_tokens"]
+    decision_id = stream[0]["innerguard"]["decision_id"]
+    records = _records_of(server, decision_id, until=lambda rs: any(x["type"] == "completion" for x in rs))
+    (completion,) = [x for x in records if x["type"] == "completion"]
+    (event,) = completion["output_decisions"]
+    assert (event["policy"]["name"], event["rule"], event["action"]) == ("stop-only", "stop-at-only", "stop")
+    assert event["token_index"] == tokens and completion["finish_reason"] == "content_filter"
+    # Not streamed: the same cut, the same ending.
+    whole = _post(server, chat(ALLOWED, max_tokens=48, innerguard=STOP_ONLY)).json()["choices"][0]
+    assert (whole["message"]["content"], whole["finish_reason"]) == (sent, "content_filter")
+
+
+def test_each_of_n_streamed_choices_is_stopped_on_its_own(server):
+    body = chat(ALLOWED, max_tokens=48, temperature=1.0, seed=11, n=3, stream=True, innerguard=STOP_THE)
+    stream = _events(_post(server, body))
+    text: dict[int, str] = {}
+    finish: dict[int, list[str]] = {}
+    for c in (c for e in stream for c in e.get("choices", [])):
+        text[c["index"]] = text.get(c["index"], "") + (c["delta"].get("content") or "")
+        if c.get("finish_reason"):
+            finish.setdefault(c["index"], []).append(c["finish_reason"])
+    assert sorted(finish) == [0, 1, 2] and all(len(f) == 1 for f in finish.values())
+    assert "content_filter" in [f[0] for f in finish.values()]
+    assert not any(_word("the").search(t.removesuffix("Stopped by stop-at-the.")) for t in text.values())
