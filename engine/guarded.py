@@ -155,6 +155,9 @@ class GuardedLLM:
         from vllm import SamplingParams
 
         base = sampling_params or SamplingParams(temperature=0.0, max_tokens=64)
+        if self.output_rules and not getattr(base, "detokenize", True):
+            raise InnerguardError("output rules read the generated text, and detokenize=False would hide it from them",
+                                  hint="keep SamplingParams(detokenize=True) (the default) under this plan")
         parsed: list[GuardRequest | PreparedRequest] = []  # a row that is no request is already its output
         for i, request in enumerate(requests):
             if not isinstance(request, GuardRequest):

@@ -55,6 +55,10 @@ class OutputRules:
         }
         self._evaluators: dict[tuple[str, ...], tuple[Evaluator, dict] | None] = {}
 
+    def __bool__(self) -> bool:
+        """Whether the plan reads any generated text at all."""
+        return bool(self._matchers)
+
     def watch(self, policies: Sequence[PolicyProgram]) -> "OutputWatch | None":
         """A watch for one completion of a request that ``policies`` apply to,
         or None when none of them has an output rule."""

@@ -35,14 +35,21 @@ def render(paths: Iterable[str | os.PathLike], *, key: bytes | None = None, allo
            where: Filter = Filter(), title: str = "innerguard audit report") -> str:
     paths = list(paths)
     check = verify(paths, key=key, allow_open=allow_open)
-    records = [loc.record for loc in read(paths) if where(loc.record)]
+    records, completions = [], []
+    for loc in read(paths):
+        if where(loc.record):
+            records.append(loc.record)
+        elif loc.record.get("type") == "completion" and loc.record.get("output_decisions"):
+            completions.append(loc.record)
     return template().render(title=title, generated=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                             sources=check.files, **context(records, check))
+                             sources=check.files, **context(records, check, completions))
 
 
-def context(records: list[dict[str, Any]], check: Report) -> dict[str, Any]:
+def context(records: list[dict[str, Any]], check: Report, completions: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """``completions``: completion records that carry output decisions."""
     records.sort(key=epoch)
     return {
+        "outputs": _outputs(completions),
         "verification": check,
         "count": len(records),
         "requests": len({r.get("request_id") for r in records}),
@@ -135,6 +142,18 @@ def _blocked(records: list[dict[str, Any]]) -> dict[str, Any]:
                      "policy": (r.get("policy") or {}).get("name"), "rule": ", ".join(result.get("rules") or ()) or "-",
                      "evidence": evidence(r) or "-", "error": result.get("error"), "failed": result.get("failed"),
                      "message": result.get("message"), "decision_id": r.get("decision_id")})
+    return {"total": len(rows), "rows": rows[-MAX_BLOCKED_ROWS:], "shown": min(len(rows), MAX_BLOCKED_ROWS)}
+
+
+def _outputs(completions: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Output rules that stopped or flagged a completion, newest last."""
+    rows = []
+    for r in sorted(completions, key=epoch):
+        for d in r.get("output_decisions") or ():
+            rows.append({"time": str(r.get("timestamp", "")).replace("T", " ")[:19], "request": r.get("request_id"),
+                         "completion": d.get("completion", 0), "policy": (d.get("policy") or {}).get("name"),
+                         "rule": d.get("rule"), "action": d.get("action"), "applied": d.get("applied"),
+                         "mode": d.get("mode"), "token": d.get("token_index"), "message": d.get("message")})
     return {"total": len(rows), "rows": rows[-MAX_BLOCKED_ROWS:], "shown": min(len(rows), MAX_BLOCKED_ROWS)}
 
 

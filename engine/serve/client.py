@@ -65,6 +65,8 @@ class GuardedEngineClient:
         asked = params.output_kind
         final_only = asked == RequestOutputKind.FINAL_ONLY
         watch = self._watch(plan, prepared, params.n)
+        if watch is not None and not getattr(params, "detokenize", True):  # an output rule would read nothing
+            raise GuardError("innerguard: output rules read the generated text; this request turns detokenization off")
         if final_only or watch is not None:  # see the verdict after the first step; the output rules every step
             params.output_kind = RequestOutputKind.CUMULATIVE
         salt = self._guard.cache_salt(ctx.tenant, client_salt, prepared.cache_salt, prepared.shared_salt)

@@ -162,3 +162,29 @@ def test_two_processes_and_eight_threads_lose_nothing(tmp_path, plan):
     decisions = _records(tmp_path, "decision")
     assert len(decisions) == (2 * 4 * 60 + 8 * 30) * decisions_per_request()
     assert len({d["request_id"] for d in decisions}) == 2 * 4 * 60 + 8 * 30
+
+
+def test_output_decisions_are_chained_with_the_completion_and_shown_in_the_report(tmp_path, plan):
+    import random
+
+    from innerguard.engine.audit.report import render
+
+    stop = {"policy": "canary-leak", "version": "0.1.0", "revision": "ab" * 32, "mode": "enforce", "rule": "stop-canary-leak",
+            "rule_action": "stop", "action": "stop", "applied": True, "completion": 0, "token_index": 17,
+            "signals": {"canary-leak.canary": True}, "message": "Withheld.", "error": None}
+    with AuditLog(tmp_path, key=KEY) as log:
+        log.record_decision(result(0, plan, random.Random(0)), plan=plan, request=request(7))
+        log.record_completion("req-7", output="Sure, the code is", output_tokens=17, finish_reason="content_filter",
+                              output_decisions=[stop])
+    (completion,) = _records(tmp_path, "completion")
+    (recorded,) = completion["output_decisions"]
+    assert recorded["policy"] == {"name": "canary-leak", "version": "0.1.0", "revision": "ab" * 32}
+    assert (recorded["rule"], recorded["action"], recorded["token_index"]) == ("stop-canary-leak", "stop", 17)
+    schema = json.loads((HERE.parents[1] / "schemas" / "audit.schema.json").read_text())
+    import jsonschema
+
+    jsonschema.Draft202012Validator(schema).validate(completion)
+    assert verify([tmp_path], key=KEY).ok  # the decisions are inside the chained record
+    page = render([tmp_path], key=KEY)
+    section = page[page.index('<section id="outputs">'):page.index('<section id="revisions">')]
+    assert "1 output decision(s)" in section and "stop-canary-leak" in section and ">17<" in section

@@ -116,3 +116,13 @@ def test_shadow_mode_records_the_stop_and_returns_everything(watched):
     assert out.text == free.text and out.finish_reason == "length" and out.action == "allow"
     (event,) = out.output_decisions
     assert (event["rule_action"], event["applied"]) == ("stop", False)
+
+
+def test_turning_detokenization_off_is_refused_while_output_rules_are_installed(watched):
+    from vllm import SamplingParams
+
+    from innerguard.engine.errors import InnerguardError
+
+    llm = watched[0]
+    with pytest.raises(InnerguardError, match="detokenize"):
+        llm.chat(CHAT, SamplingParams(max_tokens=4, detokenize=False))

@@ -1,0 +1,117 @@
+"""The cost of output rules on the CPU: plain vLLM against a guarded engine,
+exactly two engines in a run, side by side.
+
+    .venv/bin/python benchmarks/bench_output_rules.py [--requests 16] [--max-tokens 96] [--rounds 6] [--json out.json]
+
+One run measures two pairs, each with its own guarded engine:
+  control   plain vLLM vs a guarded engine whose one policy selects no request
+            (it must read 98-100 % of plain, or the setup is biased)
+  output    plain vLLM vs a guarded engine whose output rule (a text signal on
+            the generated text, never matched) reads every step of every request
+Both engines run in vLLM's default mode, greedy, ``ignore_eos`` (every request
+writes --max-tokens tokens). Rounds alternate which engine goes first; every
+round sends prompts neither engine has seen (no prefix-cache help). A stop in
+a speed run would shorten the work: stops are counted and must be 0. The
+figure is generated tokens per second, guarded / plain, the geometric mean of
+the rounds' ratios; the offline batch has no per-token latency to report.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: bench-output, version: 1.0.0, owner: benchmarks}}
+{selector}
+signals:
+  never:
+    analyzer: text
+    pattern: "QQQ-[0-9]+-never-written"
+    span: generated
+rules:
+  - id: stop-never
+    when: never
+    action: stop
+"""
+
+TOPICS = ("a lighthouse keeper", "a bakery at dawn", "a lost umbrella", "a train through the mountains",
+          "a chess club", "a garden in winter", "a river town", "an old radio")
+
+
+def _conversations(round_: int, n: int) -> list[list[dict]]:
+    return [[{"role": "system", "content": "You are a helpful assistant."},
+             {"role": "user", "content": f"Story {round_}-{i}: write about {TOPICS[i % len(TOPICS)]}, "
+                                         f"chapter {round_ * 1000 + i}."}] for i in range(n)]
+
+
+def _timed(fn):
+    started = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - started
+
+
+def _pair(name: str, first_round: int, plain, guarded, params, args) -> dict:
+    ratios, stops = [], 0
+    for r in range(args.rounds):
+        conversations = _conversations(first_round + r, args.requests)
+        order = ("plain", "guarded") if r % 2 == 0 else ("guarded", "plain")
+        seconds, tokens = {}, {}
+        for which in order:
+            if which == "plain":
+                outs, seconds[which] = _timed(lambda: plain.chat(conversations, params, use_tqdm=False))
+                tokens[which] = sum(len(o.outputs[0].token_ids) for o in outs)
+            else:
+                outs, seconds[which] = _timed(lambda: guarded.chat(conversations, params))
+                tokens[which] = sum(len(o.token_ids) for o in outs)
+                stops += sum(o.action == "stop" or o.blocked for o in outs)
+        ratio = (tokens["guarded"] / seconds["guarded"]) / (tokens["plain"] / seconds["plain"])
+        ratios.append(ratio)
+        print(f"{name} round {r + 1}: plain {tokens['plain'] / seconds['plain']:.1f} tok/s, "
+              f"guarded {tokens['guarded'] / seconds['guarded']:.1f} tok/s, {100 * ratio:.1f} %", flush=True)
+    mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    return {"pair": name, "ratio": mean, "rounds": ratios, "stopped_or_blocked": stops}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=16, help="requests per round and engine")
+    parser.add_argument("--max-tokens", type=int, default=96, help="tokens each request generates")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per pair (order alternates)")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+
+    from vllm import SamplingParams
+
+    from innerguard.engine import models
+    from innerguard.engine.guarded import GuardedLLM
+    from innerguard.engine.vllm_engine import engine_kwargs, start_llm
+
+    model_dir = models.prepare("smollm2-135m-instruct")
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
+    plain = start_llm(**engine_kwargs(str(model_dir), eager=False))
+    results = []
+    for index, (name, selector) in enumerate((("control", "applies_to: {tags: [never-sent]}"), ("output", ""))):
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "bench-output.yaml").write_text(POLICY.format(selector=selector))
+            guarded = GuardedLLM(model_dir, folder)
+            try:
+                results.append(_pair(name, 100 * index, plain, guarded, params, args))
+            finally:
+                guarded.shutdown()
+    for r in results:
+        print(f"{r['pair']}: guarded / plain = {100 * r['ratio']:.1f} % "
+              f"(rounds {', '.join(f'{100 * x:.1f}' for x in r['rounds'])}); stopped or blocked: {r['stopped_or_blocked']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": vars(args), "results": results}, indent=2))
+    return 0 if all(r["stopped_or_blocked"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
