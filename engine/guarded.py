@@ -206,7 +206,7 @@ class GuardedLLM:
         def add(p: PreparedRequest) -> None:
             request_id = f"innerguard-{batch}-{len(by_id)}"
             params = self._params(base, p)
-            if p.args is not None and self.output_rules.watch(p.policies) is not None:
+            if p.args is not None and self.output_rules.applies(p.policies):
                 from vllm.sampling_params import RequestOutputKind
 
                 params.output_kind = RequestOutputKind.CUMULATIVE

@@ -59,9 +59,17 @@ class OutputRules:
         """Whether the plan reads any generated text at all."""
         return bool(self._matchers)
 
+    def applies(self, policies: Sequence[PolicyProgram]) -> bool:
+        """Whether a request that ``policies`` apply to has output rules."""
+        return self._compiled(policies) is not None
+
     def watch(self, policies: Sequence[PolicyProgram]) -> "OutputWatch | None":
         """A watch for one completion of a request that ``policies`` apply to,
         or None when none of them has an output rule."""
+        compiled = self._compiled(policies)
+        return OutputWatch(*compiled, self._matchers) if compiled is not None else None
+
+    def _compiled(self, policies: Sequence[PolicyProgram]) -> tuple[Evaluator, dict] | None:
         key = tuple(p.name for p in policies)
         if key not in self._evaluators:
             watched = [p for p in policies if any(r.params.get("output") for r in p.rules)]
@@ -70,8 +78,7 @@ class OutputRules:
             reads = {(p.name, r.id): [n if "." in n else f"{p.name}.{n}" for n, _ in condition_signals(r.condition)]
                      for p in watched for r in p.rules}
             self._evaluators[key] = (evaluator, reads) if watched else None
-        compiled = self._evaluators[key]
-        return OutputWatch(*compiled, self._matchers) if compiled is not None else None
+        return self._evaluators[key]
 
 
 class OutputWatch:

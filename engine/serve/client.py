@@ -116,7 +116,7 @@ class GuardedEngineClient:
         if self._output_rules is None or self._output_rules[0] != plan.bundle_hash:
             self._output_rules = (plan.bundle_hash, OutputRules(plan))
         rules = self._output_rules[1]
-        return RequestWatch(rules, prepared.policies, n) if rules.watch(prepared.policies) is not None else None
+        return RequestWatch(rules, prepared.policies, n) if rules.applies(prepared.policies) else None
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)

@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from serve_requests import ALLOWED, KEY, chat
+from serve_requests import ALLOWED, KEY, chat, completion
 from test_serve_audit import _records_of
 
 pytestmark = pytest.mark.vllm
@@ -22,8 +22,8 @@ def _word(word: str):
     return re.compile(rf"(?i)(?<![\w]){word}(?![\w])")
 
 
-def _post(server, body: dict) -> httpx.Response:
-    r = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers=KEY, timeout=120)
+def _post(server, body: dict, path: str = "/v1/chat/completions") -> httpx.Response:
+    r = httpx.post(f"{server.url}{path}", json=body, headers=KEY, timeout=120)
     assert r.status_code == 200, r.text
     return r
 
@@ -71,5 +71,20 @@ def test_each_of_n_streamed_choices_is_stopped_on_its_own(server):
         if c.get("finish_reason"):
             finish.setdefault(c["index"], []).append(c["finish_reason"])
     assert sorted(finish) == [0, 1, 2] and all(len(f) == 1 for f in finish.values())
+    assert "content_filter" in [f[0] for f in finish.values()]
+    assert not any(_word("the").search(t.removesuffix("Stopped by stop-at-the.")) for t in text.values())
+
+
+def test_each_prompt_of_a_streamed_completion_request_is_stopped_on_its_own(server):
+    prompts = [completion(ALLOWED)["prompt"], completion(ALLOWED + " Please keep it short.")["prompt"]]
+    body = {**completion(ALLOWED), "prompt": prompts, "max_tokens": 48, "stream": True, "innerguard": STOP_THE}
+    stream = _events(_post(server, body, "/v1/completions"))
+    text: dict[int, str] = {}
+    finish: dict[int, list[str]] = {}
+    for c in (c for e in stream for c in e.get("choices", [])):
+        text[c["index"]] = text.get(c["index"], "") + (c.get("text") or "")
+        if c.get("finish_reason"):
+            finish.setdefault(c["index"], []).append(c["finish_reason"])
+    assert sorted(finish) == [0, 1] and all(len(f) == 1 for f in finish.values())
     assert "content_filter" in [f[0] for f in finish.values()]
     assert not any(_word("the").search(t.removesuffix("Stopped by stop-at-the.")) for t in text.values())
