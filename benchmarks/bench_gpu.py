@@ -32,6 +32,9 @@ Modes:
                     engine costs before any request is guarded
   guarded-probe     GuardedLLM's default, its requests selecting only a token probe on every
                     fourth layer (window 16, random weights; flags only, never blocks)
+  guarded-output    GuardedLLM's default, its requests selecting only an output rule: a text
+                    signal on the generated text, read after every step, that never matches
+                    (issue 35: the cost of watching what the model writes)
 
 Made for an H200 with the offline vLLM 0.24 kit (``../shared/gpukit``) and an
 innerguard wheel installed; the model is random, so the figures are about
@@ -64,8 +67,8 @@ REQUESTS = int(os.environ.get("BENCH_REQUESTS", "256"))
 OUTPUT_TOKENS, DOC_WORDS = 128, 430
 PROBE_LAYERS = list(range(3, LAYERS, 4))
 MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded",
-         "guarded-probe")
-POLICIES_OF = {"guarded-unguarded": [], "guarded-probe": ["probe"]}  # default: ["injection", "steer"]
+         "guarded-probe", "guarded-output")
+POLICIES_OF = {"guarded-unguarded": [], "guarded-probe": ["probe"], "guarded-output": ["output"]}  # default: ["injection", "steer"]
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
          "they you were her all she there would their we him been has when who will more no if out so said what up "
          "its about into than them can only other new some could time these two may then do first any my now").split()
@@ -117,6 +120,16 @@ signals:
 rules:
   - {{id: flag-injected, when: injected > 1000, action: flag}}
 """),
+    # A random model never writes the pattern: every step is read, nothing stops.
+    "output.yaml": _policy("output", "an output rule read after every step; never matches", """\
+signals:
+  never:
+    analyzer: text
+    pattern: "QQQ-[0-9]+-never-written"
+    span: generated
+rules:
+  - {id: stop-never, when: never, action: stop}
+""", spans=False),
 }
 
 
@@ -223,7 +236,7 @@ def engine(mode: str, work: Path):
             focus = {o.id: o.signals.get("injection.focus") for o in outs}
             return sum(o.num_output_tokens for o in outs), {
                 "errors": len(errors), "first_error": errors[0] if errors else None, "actions": actions,
-                "blocked": sum(o.blocked for o in outs),
+                "blocked": sum(o.blocked for o in outs), "stopped": sum(o.action == "stop" for o in outs),
                 "decided_with_focus": sum(f is not None for f in focus.values()),
                 "decided_with_probe": sum(o.signals.get("probe.injected") is not None for o in outs), "focus": focus}
 
@@ -298,6 +311,7 @@ def paired(work: Path, pairs: int, modes: list[str]) -> dict:
             "ratio_per_pair": {m: [round(r, 4) for r in rs] for m, rs in ratios.items()},
             # Flag-only policies: a blocked request would generate no tokens and flatter the guard.
             "blocked_per_round": {m: [c.get("blocked") for c in cs] for m, cs in checks.items() if m.startswith("guarded")},
+            "stopped_per_round": {m: [c.get("stopped") for c in cs] for m, cs in checks.items() if m.startswith("guarded")},
             "median_ratio": {m: round(statistics.median(rs), 4) for m, rs in ratios.items()},
             "ratio_of_medians": {m: round(statistics.median(plain) / statistics.median(t), 4)
                                  for m, t in times.items() if m != "plain-default"},
