@@ -9,6 +9,12 @@ so that machine noise spreads evenly over them:
   guarded         innerguard serve, the shipped policies (prompt-injection on
                   every request, medical-topic probe in shadow mode)
   guarded-audit   the same with --audit-log (durability batch)
+  guarded-output  innerguard serve with one output rule on every request (an RE2
+                  pattern on the generated text, never written, action stop):
+                  streams hold back their newest 8 tokens until the rule has
+                  read past them (issue 35)
+  guarded-control innerguard serve with one policy that selects no request: the
+                  control for guarded-output (it must read 98-100 % of plain)
 With --shadow (what the figures in benchmarks/README.md use) the guarded servers run a copy
 of the policies switched to shadow mode: every analysis runs and is decided
 and audited, but nothing is blocked, so every server generates the same
@@ -17,7 +23,13 @@ documents, see the evaluation figures in benchmarks/README.md).
 Each request is a chat completion with a fresh ~300-token document (no two
 prompts alike, so no round is served from the prefix cache), streamed, with
 usage. Per server and concurrency: output tokens/s over the round's wall time,
-time to first content token (p50, p99), and how many requests were blocked.
+time to first content token (p50, p99), time per output token after the first
+(each request's (last content - first content) / (tokens - 1); p50, p99), and
+how many requests were blocked or stopped.
+
+The output-rule figures in benchmarks/README.md: two runs, exactly two servers each,
+    bench_serve.py --servers plain-default guarded-control --concurrency 1 8 --max-tokens 64
+    bench_serve.py --servers plain-default guarded-output --concurrency 1 8 --max-tokens 64
 """
 from __future__ import annotations
 
@@ -39,6 +51,9 @@ from pathlib import Path
 import httpx
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench_output_rules import POLICY as OUTPUT_POLICY  # noqa: E402  (one output-rule policy for both benchmarks)
+
 MODEL = "smollm2-135m-instruct"
 INSTRUCTION = "Summarise the document in two sentences."
 SENTENCES = [
@@ -107,7 +122,7 @@ async def one(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> dict:
             "stream_options": {"include_usage": True},
             "messages": [{"role": "system", "content": INSTRUCTION}, {"role": "user", "content": prompt}]}
     started = time.perf_counter()
-    ttft, tokens, blocked = None, 0, False
+    ttft, last, tokens, blocked = None, None, 0, False
     async with client.stream("POST", "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -115,12 +130,17 @@ async def one(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> dict:
                 continue
             event = json.loads(line[6:])
             for choice in event.get("choices") or ():
-                if ttft is None and (choice.get("delta") or {}).get("content"):
-                    ttft = time.perf_counter() - started
+                if (choice.get("delta") or {}).get("content"):
+                    last = time.perf_counter() - started
+                    ttft = last if ttft is None else ttft
                 blocked |= choice.get("finish_reason") == "content_filter"
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
-    return {"ttft": ttft if ttft is not None else time.perf_counter() - started, "tokens": tokens, "blocked": blocked}
+    # Time per output token after the first: a held-back stream sends its
+    # first token late and its last ones together, so both ends count.
+    tpot = (last - ttft) / (tokens - 1) if ttft is not None and tokens > 1 else None
+    return {"ttft": ttft if ttft is not None else time.perf_counter() - started, "tpot": tpot, "tokens": tokens,
+            "blocked": blocked}
 
 
 async def round_(server: Server, prompts: list[str], concurrency: int, max_tokens: int) -> dict:
@@ -135,7 +155,8 @@ async def round_(server: Server, prompts: list[str], concurrency: int, max_token
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - started
     ttfts = sorted(r["ttft"] for r in results)
-    return {"tok_s": sum(r["tokens"] for r in results) / wall, "ttft": ttfts, "blocked": sum(r["blocked"] for r in results)}
+    return {"tok_s": sum(r["tokens"] for r in results) / wall, "ttft": ttfts,
+            "tpot": sorted(r["tpot"] for r in results if r["tpot"] is not None), "blocked": sum(r["blocked"] for r in results)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -180,6 +201,12 @@ def main() -> int:
                           args.policies, *engine, "--watch-interval", "0",
                           "--audit-log", str(work / "audit")],
     }
+    for name, selector in (("guarded-output", ""), ("guarded-control", "applies_to: {tags: [never-sent]}")):
+        folder = work / name
+        folder.mkdir()
+        (folder / "bench-output.yaml").write_text(OUTPUT_POLICY.format(selector=selector))
+        commands[name] = [str(bin_dir / "innerguard"), "serve", "--model", model_dir, "--policies", str(folder),
+                          *engine, "--watch-interval", "0"]
     servers = [Server(name, commands[name], work / f"{name}.log") for name in args.servers]
     figures: dict = {}
     try:
@@ -188,7 +215,8 @@ def main() -> int:
         rng = random.Random(0)
         for concurrency in args.concurrency:
             n = args.requests or max(4, 2 * concurrency)
-            asyncio.run(round_(servers[0], [document(rng, 40) for _ in range(2)], 1, 4))  # warm-up
+            for s in servers:  # warm-up, every server alike
+                asyncio.run(round_(s, [document(rng, 40) for _ in range(2)], 1, 4))
             per = {s.name: [] for s in servers}
             for r in range(args.rounds):
                 order = servers[r % len(servers):] + servers[:r % len(servers)]
@@ -202,6 +230,8 @@ def main() -> int:
                     "tok_s_spread": [min(x["tok_s"] for x in rounds), max(x["tok_s"] for x in rounds)],
                     "ttft_p50": percentile([t for x in rounds for t in x["ttft"]], 0.5),
                     "ttft_p99": percentile([t for x in rounds for t in x["ttft"]], 0.99),
+                    "tpot_p50": percentile([t for x in rounds for t in x["tpot"]], 0.5),
+                    "tpot_p99": percentile([t for x in rounds for t in x["tpot"]], 0.99),
                     "blocked": sum(x["blocked"] for x in rounds),
                     "requests": n * len(rounds),
                 }
@@ -211,16 +241,17 @@ def main() -> int:
         for s in servers:
             s.stop()
     print()
-    print("| concurrency | server | output tok/s (median, spread) | vs plain-eager | vs plain-default | TTFT p50 | TTFT p99 | blocked |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| concurrency | server | output tok/s (median, spread) | vs plain-eager | vs plain-default "
+          "| TTFT p50 | TTFT p99 | TPOT p50 | TPOT p99 | blocked or stopped |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for concurrency, row in figures.items():
         for name, f in row.items():
             eager = row.get("plain-eager", {}).get("tok_s")
             default = row.get("plain-default", {}).get("tok_s")
+            ratio = lambda base: f"{100 * f['tok_s'] / base:.1f} %" if base else ""  # noqa: E731
             print(f"| {concurrency} | {name} | {f['tok_s']:.1f} ({f['tok_s_spread'][0]:.1f}-{f['tok_s_spread'][1]:.1f}) | "
-                  f"{100 * f['tok_s'] / eager:.1f} % | {100 * f['tok_s'] / default:.1f} % | "
-                  f"{1000 * f['ttft_p50']:.0f} ms | {1000 * f['ttft_p99']:.0f} ms | {f['blocked']}/{f['requests']} |"
-                  if eager and default else f"| {concurrency} | {name} | {f['tok_s']:.1f} | | | | | |")
+                  f"{ratio(eager)} | {ratio(default)} | {1000 * f['ttft_p50']:.0f} ms | {1000 * f['ttft_p99']:.0f} ms | "
+                  f"{1000 * f['tpot_p50']:.1f} ms | {1000 * f['tpot_p99']:.1f} ms | {f['blocked']}/{f['requests']} |")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     shutil.rmtree(work, ignore_errors=True)
