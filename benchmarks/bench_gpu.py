@@ -53,6 +53,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_output_rules import OUTPUT_RULE  # noqa: E402  (the same output rule as the CPU benchmarks)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
@@ -120,16 +123,7 @@ signals:
 rules:
   - {{id: flag-injected, when: injected > 1000, action: flag}}
 """),
-    # A random model never writes the pattern: every step is read, nothing stops.
-    "output.yaml": _policy("output", "an output rule read after every step; never matches", """\
-signals:
-  never:
-    analyzer: text
-    pattern: "QQQ-[0-9]+-never-written"
-    span: generated
-rules:
-  - {id: stop-never, when: never, action: stop}
-""", spans=False),
+    "output.yaml": _policy("output", "an output rule read after every step; never matches", OUTPUT_RULE, spans=False),
 }
 
 

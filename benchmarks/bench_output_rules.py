@@ -25,11 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-POLICY = """\
-apiVersion: innerguard/v1
-kind: Policy
-metadata: {{name: bench-output, version: 1.0.0, owner: benchmarks}}
-{selector}
+# An output rule no model writes its way into: every step is read, nothing
+# stops (bench_serve.py and bench_gpu.py measure the same rule).
+OUTPUT_RULE = """\
 signals:
   never:
     analyzer: text
@@ -40,6 +38,12 @@ rules:
     when: never
     action: stop
 """
+POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: bench-output, version: 1.0.0, owner: benchmarks}}
+{selector}
+""" + OUTPUT_RULE.replace("{", "{{").replace("}", "}}")
 
 TOPICS = ("a lighthouse keeper", "a bakery at dawn", "a lost umbrella", "a train through the mountains",
           "a chess club", "a garden in winter", "a river town", "an old radio")

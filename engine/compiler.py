@@ -134,8 +134,9 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                     f"signal {qualified} (token_probe)",
                 ))
             if signal.analyzer == "text":
-                what = ("generated text after every token (outside the model, RE2)" if signal.span == "generated"
-                        else "prompt text (outside the model, RE2)")
+                what = ("prompt text (outside the model, RE2)" if signal.span != "generated"
+                        else f"generated text, read for repeats of the {signal.repeats} span of the prompt (outside the model)"
+                        if signal.repeats else "generated text (outside the model, RE2)")
                 needs.append(Need(what, f"signal {qualified} (text)"))
             unit = analyzer_units.get(signal.analyzer)
             if unit is not None:

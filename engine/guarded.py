@@ -210,7 +210,7 @@ class GuardedLLM:
                 from vllm.sampling_params import RequestOutputKind
 
                 params.output_kind = RequestOutputKind.CUMULATIVE
-                watched[request_id] = RequestWatch(self.output_rules, p.policies, params.n)
+                watched[request_id] = RequestWatch(self.output_rules, p.policies, params.n, p.repeat_sources)
             engine.add_request(request_id, _engine_prompt(p.prompt_token_ids, p.cache_salt), params)
             by_id[request_id] = p
             if p.key:

@@ -1,4 +1,5 @@
-"""Text conditions on the prompt: keywords and regular expressions.
+"""Text conditions on the prompt and the generated text: keywords, regular
+expressions, and repeats of a span of the prompt.
 
 Evaluated outside the model with RE2 (``google-re2``), whose automata run in
 time linear in the text whatever the pattern: a policy author cannot write
@@ -114,3 +115,78 @@ def keywords(words: Sequence[str], *, whole_words: bool = True, case_sensitive: 
 def regexes(patterns: Sequence[str], *, case_sensitive: bool = True) -> TextMatcher:
     """RE2 regular expressions (inline flags such as ``(?i)`` work)."""
     return TextMatcher(patterns, patterns, case_sensitive, "regex")
+
+
+_WORD = re2.compile(r"[\pL\pN_]+")  # Unicode letters and digits: RE2's own \w is ASCII-only
+
+
+class RepeatMatcher:
+    """True where a text repeats ``length`` consecutive words of ``source``
+    in order; case and everything between words (spaces, punctuation,
+    markup) are ignored, so a recital reformatted as a list or a code block
+    still counts. ``search`` gives the earliest such run (its first word's
+    start); ``scan()`` a search for one text that grows, as a generation
+    does, which reads only what was added since its last call."""
+
+    def __init__(self, source: str, length: int):
+        if length < 1:
+            raise TextPatternError(f"repeats: a run of {length} words")
+        self.length = length
+        words = [m.group(0).casefold() for m in _WORD.finditer(source)]
+        self.runs = frozenset(tuple(words[i:i + length]) for i in range(len(words) - length + 1))
+
+    def scan(self) -> "RepeatScan":
+        return RepeatScan(self)
+
+    def search(self, text: str) -> TextMatch | None:
+        return RepeatScan(self).search(text)
+
+    def matches(self, text: str) -> bool:
+        return self.search(text) is not None
+
+
+class RepeatScan:
+    """A :class:`RepeatMatcher`'s search through one growing text. Each call
+    reads the words added since the last one (a generation's text is read
+    after every step: reading it whole each time would cost its length
+    squared), and starts over if the text no longer begins as it did."""
+
+    def __init__(self, matcher: RepeatMatcher):
+        self._matcher = matcher
+        self._words: list[str] = []  # the complete words so far, casefolded
+        self._starts: list[int] = []  # their first characters
+        self._upto = 0  # characters read into _words: the last word may still grow past it
+        self._prefix = ""
+        self._next = 0  # the first run of words not yet looked up
+        self._found: TextMatch | None = None
+
+    def search(self, text: str) -> TextMatch | None:
+        if not self._matcher.runs:
+            return None
+        if not text.startswith(self._prefix):
+            self.__init__(self._matcher)
+        if self._found is not None:
+            return self._found
+        length = self._matcher.length
+        new = [(m.group(0).casefold(), m.start() + self._upto, m.end() + self._upto) for m in _WORD.finditer(text[self._upto:])]
+        words = self._words + [w for w, _, _ in new]
+        starts = self._starts + [s for _, s, _ in new]
+        growing = bool(new) and new[-1][2] == len(text)  # the last word may go on in the next step
+        for i in range(self._next, len(words) - length + 1):
+            if tuple(words[i:i + length]) in self._matcher.runs:
+                end = self._end(text, starts[i + length - 1])
+                found = TextMatch(0, starts[i], end, text[starts[i]:end])
+                if not (growing and i + length == len(words)):  # "Bank" may yet become "Banking"
+                    self._found = found
+                return found
+        complete = len(words) - 1 if growing else len(words)
+        self._words, self._starts = words[:complete], starts[:complete]
+        self._upto = starts[-1] if growing else len(text)
+        self._prefix = text[:self._upto]
+        self._next = max(self._next, complete - length + 1)
+        return None
+
+    @staticmethod
+    def _end(text: str, start: int) -> int:
+        match = _WORD.search(text, start)
+        return match.end() if match is not None else len(text)

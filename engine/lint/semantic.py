@@ -46,6 +46,9 @@ class _PolicyChecker:
         self.check_rules()
         if any(rule.condition is None for rule in self.policy.rules):
             return  # a condition that did not parse may use any signal
+        if "output" in self.marks_keys(()) and not any(self.policy.reads_generated(r) for r in self.policy.rules):
+            self.add("IG214", "'output' sets how output rules read a generation, but no rule reads a signal with span 'generated'",
+                     ("output",), key=True)
         for name in self.signals:
             if name not in self.used:
                 self.add("IG209", f"signal {name!r} is defined but no rule uses it", ("signals", name), key=True)
@@ -86,8 +89,15 @@ class _PolicyChecker:
                 if s.span not in spans:
                     self.add("IG102", f"token_probe signal {s.name!r} scores the {s.span} span, but spans.{s.span} is not defined", path, key=True)
             elif isinstance(s, TextSignal):
-                if not s.pattern and not s.keywords:
-                    self.add("IG102", f"text signal {s.name!r} needs 'pattern' or 'keywords'", path, key=True)
+                if not s.pattern and not s.keywords and s.repeats is None:
+                    self.add("IG102", f"text signal {s.name!r} needs 'pattern', 'keywords' or 'repeats'", path, key=True)
+                keys = self.marks_keys(path)
+                if s.repeats is not None and s.span != "generated":
+                    self.add("IG105", f"text signal {s.name!r}: 'repeats' compares the generated text with the prompt; set span: generated", path + ("repeats",), key=True)
+                elif s.repeats is not None and s.repeats not in spans:
+                    self.add("IG102", f"text signal {s.name!r} looks for repeats of the {s.repeats} span, but spans.{s.repeats} is not defined", path + ("repeats",))
+                if "words" in keys and s.repeats is None:
+                    self.add("IG105", f"text signal {s.name!r}: 'words' applies only with 'repeats'", path + ("words",), key=True)
                 if s.span not in ("prompt", "generated") and s.span not in spans:
                     self.add("IG102", f"text signal {s.name!r} searches the {s.span} span, but spans.{s.span} is not defined", path + ("span",))
                 if s.pattern:

@@ -15,7 +15,7 @@ from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import (
-    ArtifactRef, AttentionTrackerSignal, Policy, ProbeSignal, RegisteredSignal, RerankerSignal, TokenProbeSignal,
+    ArtifactRef, AttentionTrackerSignal, OutputSettings, Policy, ProbeSignal, RegisteredSignal, RerankerSignal, TokenProbeSignal,
     Rule, Signal, SpanSelector, SteerAction, TextSignal,
 )
 from innerguard.engine.policy.yamlsafe import Document
@@ -73,7 +73,8 @@ def _signal(ctx: _Context, name: str, data: dict) -> Signal:
                               calibration=data.get("calibration", "content-free"),
                               heads=None if heads is None else ctx.heads(heads, path + ("heads",)))
     return TextSignal(**common, pattern=data.get("pattern"), keywords=tuple(data.get("keywords", ())),
-                      case_sensitive=bool(data.get("case_sensitive", False)), span=data.get("span", "prompt"))
+                      case_sensitive=bool(data.get("case_sensitive", False)), span=data.get("span", "prompt"),
+                      repeats=data.get("repeats"), words=int(data.get("words", 8)))
 
 
 def _rule(ctx: _Context, index: int, data: dict) -> Rule:
@@ -125,6 +126,7 @@ def build_policy(doc: Document, source: Path) -> tuple[Policy, list[Finding]]:
         mode=data.get("mode", "enforce"),
         on_error=data.get("on_error", "fail-closed"),
         priority=data.get("priority", 0),
+        output=OutputSettings(**data.get("output", {})),
         selector=selector,
         spans=spans,
         signals=tuple(_signal(ctx, name, value) for name, value in (data.get("signals") or {}).items()),

@@ -120,8 +120,11 @@ _RULES = [
              "Two rules of a policy have the same condition and the same action; the second adds nothing.",
              "Delete one of them."),
     RuleInfo("IG213", E, "output rule misused",
-             "A rule that reads a signal with span 'generated' is an output rule: it is evaluated on the text the model has written so far, after every generated token, and can only stop the generation or flag it. Prompt signals are decided at prefill, before any output exists, so one rule cannot read both, and 'stop' needs something generated to stop on.",
+             "A rule that reads a signal with span 'generated' is an output rule: it is evaluated on the text the model has written so far, after every generated token (or every 'output.every' tokens), and can only stop the generation or flag it. Prompt signals are decided at prefill, before any output exists, so one rule cannot read both, and 'stop' needs something generated to stop on.",
              "Give output rules action stop or flag and only 'generated' signals; put prompt conditions in a rule of their own (block, steer, flag)."),
+    RuleInfo("IG214", W, "output settings without an output rule",
+             "The policy's 'output' block (hold_back, every) says how its output rules read a generation, but none of its rules reads a signal with span 'generated', so the block changes nothing.",
+             "Delete the 'output' block, or add a rule on a 'generated' text signal."),
     # -- actions and templates -------------------------------------------
     RuleInfo("IG301", E, "invalid message template",
              "A block or flag message is a Jinja2 template and it does not parse.",

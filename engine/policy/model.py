@@ -39,6 +39,18 @@ DEFAULT_STOP_MESSAGE = (
     "The rest of this answer was withheld by policy {{ policy.name }} (rule {{ rule.id }})."
 )
 
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """How a policy's output rules read a generation (the ``output`` key)."""
+
+    hold_back: int = 8  # tokens a stream keeps back until the rules have read past them
+    every: int = 1  # read the generated text every this many tokens
+
+    def params(self) -> dict[str, int]:
+        return {"hold_back": self.hold_back, "every": self.every}
+
+
 # What each analyzer's signal can take; the linter checks thresholds against it.
 SIGNAL_RANGES: dict[str, tuple[float, float]] = {
     "attention_tracker": (0.0, 1.0),
@@ -167,6 +179,8 @@ class TextSignal(Signal):
     keywords: tuple[str, ...] = ()
     case_sensitive: bool = False
     span: Literal["prompt", "trusted", "untrusted", "generated"] = "prompt"
+    repeats: Literal["trusted", "untrusted"] | None = None  # generated only: true once it repeats this span's words
+    words: int = 8  # how many consecutive words count as a repeat
     type: SignalType = "boolean"
 
     @property
@@ -174,7 +188,10 @@ class TextSignal(Signal):
         return None
 
     def params(self) -> dict[str, Any]:
-        return {"pattern": self.pattern, "keywords": list(self.keywords), "case_sensitive": self.case_sensitive, "span": self.span}
+        params = {"pattern": self.pattern, "keywords": list(self.keywords), "case_sensitive": self.case_sensitive, "span": self.span}
+        if self.repeats is not None:  # absent otherwise, so that the plans of other text signals keep their hash
+            params.update(repeats=self.repeats, words=self.words)
+        return params
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +261,7 @@ class Policy:
     mode: Literal["enforce", "shadow", "warn"] = "enforce"
     on_error: Literal["fail-closed", "fail-open"] = "fail-closed"
     priority: int = 0
+    output: OutputSettings = OutputSettings()
     selector: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     spans: Mapping[str, SpanSelector] = field(default_factory=dict)
     signals: tuple[Signal, ...] = ()
@@ -303,7 +321,8 @@ class Policy:
             signals=tuple(self.qualified(s) for s in self.used_signals() if s not in self.generated_signals()),
             rules=tuple(
                 RuleProgram(id=r.id, condition=conditions.to_data(r.condition), action=r.action,
-                            params={**r.params(self.name), **({"output": True} if self.reads_generated(r) else {})})
+                            params={**r.params(self.name),
+                                    **({"output": True, **self.output.params()} if self.reads_generated(r) else {})})
                 for r in self.rules
             ),
         )

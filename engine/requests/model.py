@@ -113,6 +113,7 @@ class PreparedRequest:
     shared_salt: bool = False  # cache_salt scopes a cache shared by requests with the same token probes
     error: str | None = None
     text_signals: dict[str, bool] = field(default_factory=dict)
+    repeat_sources: dict[str, str] = field(default_factory=dict)  # ``repeats`` signal -> the prompt text it compares with
     calibration: Calibration | None = None
     key: str | None = None  # the id the worker reports this request's result under
     args: dict[str, Any] | None = None  # the guard's arguments; None: unguarded

@@ -17,7 +17,7 @@ from innerguard.engine.requests.model import GuardRequest, PreparedRequest
 from innerguard.engine.requests.rerank import calibration, rerank_spans
 from innerguard.engine.requests.selection import select_policies
 from innerguard.engine.requests.spans import allowed_roles, check_unrendered, policy_ranges, render
-from innerguard.engine.requests.text_signals import text_signals
+from innerguard.engine.requests.text_signals import repeat_sources, text_signals
 
 
 def prepare(plan: Plan, request: GuardRequest, tokenizer, *, share_prefix_cache: bool = False,
@@ -98,6 +98,7 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing
         for name, (trusted, untrusted) in ranges.items()
     }
     signals = text_signals(plan, policies, rendering, ranges)
+    sources = repeat_sources(plan, policies, rendering, ranges)
     key = f"{request.id}#{uuid.uuid4().hex[:12]}"
     args = {
         "id": key,
@@ -120,6 +121,7 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing
         cache_salt=salt,
         shared_salt=shared,
         text_signals=signals,
+        repeat_sources=sources,
         calibration=pass_,
         key=key,
         args=args,

@@ -28,6 +28,25 @@ def text_signals(
     return values
 
 
+def repeat_sources(
+    plan: Plan,
+    policies: Sequence[PolicyProgram],
+    rendering: Rendering,
+    ranges: Mapping[str, tuple[Ranges, Ranges]],
+) -> dict[str, str]:
+    """The prompt text that each ``repeats`` signal of the selected policies
+    compares the generated text with (engine/output_watch.py), by signal."""
+    selected = {p.name for p in policies}
+    sources = {}
+    for spec in plan.analyzers:
+        side = spec.params.get("repeats") if spec.kind == "text" else None
+        if side is None or spec.params.get("policy") not in selected:
+            continue
+        trusted, untrusted = ranges[spec.params["policy"]]
+        sources[spec.signal] = _text(rendering, trusted if side == "trusted" else untrusted)
+    return sources
+
+
 def _whole(rendering: Rendering) -> str:
     base = rendering.base
     if base.messages:  # the conversation's own words, not the template's

@@ -14,7 +14,7 @@ from typing import Any, AsyncGenerator, Mapping
 
 from vllm.sampling_params import RequestOutputKind
 
-from innerguard.engine.output_watch import HOLD_BACK, OutputRules, RequestWatch
+from innerguard.engine.output_watch import OutputRules, RequestWatch
 from innerguard.engine.requests import GuardRequest, PreparedRequest, prepare
 from innerguard.engine.verdicts import explain, refuse, undecided
 from innerguard.engine.serve import context
@@ -116,7 +116,7 @@ class GuardedEngineClient:
         if self._output_rules is None or self._output_rules[0] != plan.bundle_hash:
             self._output_rules = (plan.bundle_hash, OutputRules(plan))
         rules = self._output_rules[1]
-        return RequestWatch(rules, prepared.policies, n) if rules.applies(prepared.policies) else None
+        return RequestWatch(rules, prepared.policies, n, prepared.repeat_sources) if rules.applies(prepared.policies) else None
 
     def _prepare(self, ctx, index: int, prompt, plan) -> PreparedRequest:
         request = _guard_request(ctx, index, prompt)
@@ -147,8 +147,9 @@ class GuardedEngineClient:
 async def _released(first, stream, watch: RequestWatch, asked) -> AsyncGenerator[Any, None]:
     """What the client may see of a request with output rules: vLLM's
     cumulative outputs, read by the rules after every step, returned in the
-    kind the client asked for. A stream keeps the newest ``HOLD_BACK`` tokens
-    of each completion back until the rules have read past them; a stopped
+    kind the client asked for. A stream sends only what the rules have read,
+    less each completion's newest ``hold_back`` tokens (the strictest
+    ``output.hold_back`` of the request's policies); a stopped
     completion ends at its cut with ``content_filter``; once every completion
     has ended the request ends (closing ``stream`` aborts it in the engine)."""
     sent: dict[int, tuple[int, int]] = {}  # completion index -> tokens, characters returned
@@ -170,7 +171,7 @@ async def _released(first, stream, watch: RequestWatch, asked) -> AsyncGenerator
                 return
         else:
             completions = []
-            for completion, tokens, chars in watch.released(HOLD_BACK):
+            for completion, tokens, chars in watch.released():
                 index = completion.index
                 done = completion.finish_reason is not None and tokens == len(completion.token_ids)
                 was_tokens, was_chars = sent.get(index, (0, 0))

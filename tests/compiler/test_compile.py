@@ -126,4 +126,16 @@ def test_an_output_rule_compiles_to_a_plan_the_schema_accepts(smollm2_dir):
     assert {r["id"]: (r["action"], r["params"].get("output")) for r in program["rules"]} == {
         "stop-canary-leak": ("stop", True), "flag-instruction-talk": ("flag", True)}
     text = compile_cli(str(example), "--model", str(smollm2_dir), "--format", "text").stdout
-    assert "generated text after every token" in text
+    assert "generated text (outside the model, RE2)" in text
+
+
+def test_a_repeats_signal_and_output_settings_compile_into_the_plan(smollm2_dir):
+    example = ROOT / "examples" / "system-prompt-leak"
+    result = compile_cli(str(example), "--model", str(smollm2_dir), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    jsonschema.Draft202012Validator(json.loads((ROOT / "schemas" / "plan.schema.json").read_text())).validate(plan)
+    (analyzer,) = plan["analyzers"]
+    assert {k: analyzer["params"][k] for k in ("span", "repeats", "words")} == {"span": "generated", "repeats": "trusted", "words": 8}
+    (rule,) = plan["policies"][0]["rules"]
+    assert {k: rule["params"][k] for k in ("output", "hold_back", "every")} == {"output": True, "hold_back": 12, "every": 1}

@@ -108,6 +108,16 @@ CASES = [
     Case("stop-on-the-prompt", rules("  - id: s\n    when: focus < 0.4\n    action: stop\n"), "IG213", 16),
     Case("output-rule-reads-the-prompt", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak and focus < 0.4\n    action: stop\n", "IG213", 19),
     Case("output-rule-blocks", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak\n    action: block\n", "IG213", 20),
+    Case("output-settings-without-output-rules", HEAD + "output: {hold_back: 4}\n" + FOCUS + "rules:\n" + BLOCK_LOW, "IG214", 9),
+    Case("repeats-on-the-prompt", HEAD + "signals:\n  leak:\n    analyzer: text\n    repeats: trusted\nrules:\n"
+         "  - id: f\n    when: leak\n    action: flag\n", "IG105", 12),
+    Case("repeats-of-an-undefined-span", HEAD.replace("  untrusted: {roles: [user]}\n", "") + "signals:\n  leak:\n"
+         "    analyzer: text\n    span: generated\n    repeats: untrusted\nrules:\n  - id: s\n    when: leak\n    action: stop\n",
+         "IG102", 12),
+    Case("words-without-repeats", HEAD + "signals:\n  leak:\n    analyzer: text\n    keywords: [x]\n    words: 8\n"
+         "    span: generated\nrules:\n  - id: s\n    when: leak\n    action: stop\n", "IG105", 13),
+    Case("output-read-every-zero-tokens", HEAD + "output:\n  every: 0\n" + FOCUS + OUTPUT_SIGNAL
+         + "rules:\n  - id: s\n    when: leak\n    action: stop\n", "IG105", 10),
     # ---- actions, templates ---------------------------------------------------
     Case("steer-without-params", rules("  - id: s\n    when: focus < 0.4\n    action: steer\n"), "IG210", 16),
     Case("steer-params-on-flag", rules("  - id: f\n    when: focus < 0.4\n    action: flag\n    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n"), "IG210", 17, setup=vec(layer=1)),

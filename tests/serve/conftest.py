@@ -10,6 +10,7 @@ import pytest
 from serve_process import ServeProcess
 
 SHIPPED = Path(__file__).resolve().parents[2] / "policies"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 # Not applied by the operator's selection (no request is tagged "strict"):
@@ -66,6 +67,9 @@ def served_policies(tmp_path_factory) -> Path:
     (folder / "globex-only.yaml").write_text(TENANT_POLICY)
     for word in ("the", "only"):
         (folder / f"stop-{word}.yaml").write_text(STOP_WORD.format(word=word))
+    # The example as shipped applies to every request; here only to those that name it.
+    leak = (EXAMPLES / "system-prompt-leak" / "system-prompt-leak.yaml").read_text()
+    (folder / "system-prompt-leak.yaml").write_text(leak.replace("\nmode: enforce\n", "\nmode: enforce\napplies_to: {tags: [recital]}\n"))
     return folder
 
 
