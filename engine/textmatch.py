@@ -141,9 +141,6 @@ class RepeatMatcher:
     def search(self, text: str) -> TextMatch | None:
         return RepeatScan(self).search(text)
 
-    def matches(self, text: str) -> bool:
-        return self.search(text) is not None
-
 
 class RepeatScan:
     """A :class:`RepeatMatcher`'s search through one growing text. Each call
@@ -153,6 +150,9 @@ class RepeatScan:
 
     def __init__(self, matcher: RepeatMatcher):
         self._matcher = matcher
+        self._start()
+
+    def _start(self) -> None:
         self._words: list[str] = []  # the complete words so far, casefolded
         self._starts: list[int] = []  # their first characters
         self._upto = 0  # characters read into _words: the last word may still grow past it
@@ -164,7 +164,7 @@ class RepeatScan:
         if not self._matcher.runs:
             return None
         if not text.startswith(self._prefix):
-            self.__init__(self._matcher)
+            self._start()
         if self._found is not None:
             return self._found
         length = self._matcher.length
