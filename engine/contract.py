@@ -20,6 +20,7 @@ RPC_INSTALL = "innerguard_install"  # stage a plan: (plan dict) -> install info
 RPC_COMMIT = "innerguard_commit"  # the staged plan becomes current: (bundle hash)
 RPC_ROLLBACK = "innerguard_rollback"  # drop the staged plan: (bundle hash) -> bool
 RPC_TAKE_RESULTS = "innerguard_take_results"  # finished requests' verdicts: (keys) -> {key: result}
+RPC_TAKE_DECODE = "innerguard_take_decode"  # what decode rules found: (keys) -> {key: {vLLM request id: record}}
 RPC_HOOK_CALLS = "innerguard_hook_calls"  # (reset, bundle_hash) -> calls per hook
 RPC_KV_READBACK = "innerguard_kv_readback"  # read back prefix-cached K and scores: (enabled) -> bool
 RPC_STATS = "innerguard_stats"  # what the worker holds

@@ -403,9 +403,9 @@ class _Policy:
     def __init__(self, program: PolicyProgram, phase: str = "prompt"):
         self.program = program
         qualify = lambda name: name if "." in name else f"{program.name}.{name}"  # noqa: E731
-        output = phase == "output"
+        output = phase != "prompt"
         self.rules = tuple(_Rule(program.name, i, r, qualify) for i, r in enumerate(program.rules)
-                           if bool(r.params.get("output")) == output)
+                           if _phase(r.params) == phase)
         self.by_id = {r.id: r for r in self.rules}
         read = [] if output else list(program.signals)
         for rule in self.rules:
@@ -423,6 +423,16 @@ class _Policy:
 
     def selects(self, request: Mapping[str, Any] | None) -> bool:
         return selector_matches(self.selector, request)
+
+
+PHASES = ("prompt", "output", "decode")
+
+
+def _phase(params: Mapping[str, Any]) -> str:
+    """Which evaluator a compiled rule belongs to (see ``Evaluator``)."""
+    if not params.get("output"):
+        return "prompt"
+    return "decode" if params.get("decode") else "output"
 
 
 def selector_matches(selector: Mapping[str, Any], request: Mapping[str, Any] | None) -> bool:
@@ -447,12 +457,13 @@ class Evaluator:
     """Compiles a policy set's rules once; ``evaluate`` runs per request.
 
     ``phase``: ``"prompt"`` evaluates the rules decided at prefill (in the
-    worker); ``"output"`` only the output rules (those that read the
-    generated text), which the engine evaluates as tokens arrive."""
+    worker); ``"output"`` the output rules on the generated text, which the
+    engine evaluates as tokens arrive; ``"decode"`` the output rules on
+    signals the model computes for each generated token (in the worker)."""
 
     def __init__(self, programs: Iterable[PolicyProgram], phase: str = "prompt"):
-        if phase not in ("prompt", "output"):
-            raise ValueError(f"phase must be 'prompt' or 'output', not {phase!r}")
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {phase!r}")
         policies = [_Policy(p, phase) for p in programs]
         # Verdict ties: policy priority (higher first), then name.
         for order, policy in enumerate(sorted(policies, key=lambda p: (-p.program.priority, p.program.name))):

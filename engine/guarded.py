@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from innerguard.engine.contract import RPC_TAKE_RESULTS, RPC_UNINSTALL
+from innerguard.engine.contract import RPC_TAKE_DECODE, RPC_TAKE_RESULTS, RPC_UNINSTALL
 from innerguard.engine import models
 from innerguard.engine.audit import AuditLog, RequestInfo, load_key
 from innerguard.engine.compiler import compile_policies
@@ -55,6 +55,9 @@ class GuardedOutput:
     prefill_tokens: int | None = None
     documents: dict[str, Any] = field(default_factory=dict)  # per reranker signal: scores, order
     output_decisions: list[dict[str, Any]] = field(default_factory=list)  # output rules that stopped or flagged
+    # Per completion, the worker's score of each generated token (all but the
+    # last), per decode signal: what the decode rules read.
+    decode_scores: dict[int, dict[str, list[float]]] = field(default_factory=dict)
     output: Any = None  # vLLM's RequestOutput, when the request ran
 
     @property
@@ -103,6 +106,7 @@ class GuardedLLM:
         self.model_name = str(model)
         self._verdicts: dict[str, dict[str, Any]] = {}  # taken from the worker, not yet returned
         self._output_decisions: dict[int, list[dict[str, Any]]] = {}  # by id(prepared), not yet returned
+        self._decode_scores: dict[int, dict[int, dict[str, list[float]]]] = {}  # likewise
         self.plan: Plan | None = None
         self.install_info: dict[str, Any] = {}  # the workers' answer to the last install (runner, hook points, KV read-back)
         self.install(plan)
@@ -237,6 +241,9 @@ class GuardedLLM:
             for out in engine.step():
                 watch = watched.get(out.request_id)
                 if watch is not None:
+                    if watch.ending(out):  # the worker's decode rules may cut what this output holds
+                        key = by_id[out.request_id].key
+                        watch.take_decode(out, self.llm.collective_rpc(RPC_TAKE_DECODE, args=([key],))[0].get(key, {}))
                     every_one_ended = watch.update(out)
                     if not (out.finished or every_one_ended):
                         continue
@@ -246,6 +253,8 @@ class GuardedLLM:
                     del watched[out.request_id]
                     out.outputs = watch.outputs()
                     self._output_decisions[id(by_id[out.request_id])] = watch.events()
+                    if watch.decodes:
+                        self._decode_scores[id(by_id[out.request_id])] = watch.scores()
                 elif not out.finished:
                     continue
                 if out.request_id in after:
@@ -307,6 +316,7 @@ class GuardedLLM:
             result = explain(prepared, self._verdicts.pop(prepared.key, None) or undecided(prepared))
         blocked = bool(result.get("blocked"))
         output_decisions = self._output_decisions.pop(id(prepared), [])
+        decode_scores = self._decode_scores.pop(id(prepared), {})
         if blocked:
             refuse(out, result.get("message"), keep_logprobs=False)
             output_decisions = []  # nothing was generated to decide on
@@ -330,6 +340,7 @@ class GuardedLLM:
             prefill_tokens=result.get("prefill_tokens"),
             documents=dict(result.get("details") or {}),
             output_decisions=output_decisions,
+            decode_scores=decode_scores,
             output=out,
         )
 

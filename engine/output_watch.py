@@ -25,16 +25,22 @@ text the rules have read, less its newest ``hold_back`` tokens (the policy's
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from innerguard.engine.decide import Evaluator, condition_signals
+from innerguard.engine.decide import Evaluator, SignalError, condition_signals
 from innerguard.engine.plan import Plan, PolicyProgram
 from innerguard.engine.requests.text_signals import signal_matchers
 from innerguard.engine.textmatch import RepeatMatcher
 from innerguard.engine.verdicts import FINISH_BLOCKED
 
 FINISH_STOPPED = FINISH_BLOCKED  # OpenAI's "content_filter", as for a prompt that is refused
+# Completions whose decode rules left no record: logged once, counted here.
+UNEVALUATED: Counter[str] = Counter()
+log = logging.getLogger("innerguard")
 
 
 @dataclass(frozen=True)
@@ -55,14 +61,21 @@ class OutputRules:
         # ``repeats`` signals: their matcher needs the request's prompt (repeats()).
         self._run_lengths = {spec.signal: spec.params["words"] for spec in generated if spec.params.get("repeats")}
         self._compiled_for: dict[tuple[str, ...], _Compiled | None] = {}
+        self._scores_tokens = any(spec.kind == "token_probe" and spec.params.get("span") == "generated"
+                                  for spec in plan.analyzers)
 
     def __bool__(self) -> bool:
-        """Whether the plan reads any generated text at all."""
-        return bool(self._matchers)
+        """Whether the plan reads anything the model writes."""
+        return bool(self._matchers) or self._scores_tokens
 
     def applies(self, policies: Sequence[PolicyProgram]) -> bool:
         """Whether a request that ``policies`` apply to has output rules."""
         return self._compiled(policies) is not None
+
+    def decodes(self, policies: Sequence[PolicyProgram]) -> bool:
+        """Whether some of them are decode rules (the worker's, on generated tokens)."""
+        compiled = self._compiled(policies)
+        return compiled is not None and compiled.decode is not None
 
     def repeats(self, sources: Mapping[str, str]) -> dict[str, RepeatMatcher]:
         """One request's ``repeats`` matchers, from the prompt text of each
@@ -84,25 +97,33 @@ class OutputRules:
     def _compiled(self, policies: Sequence[PolicyProgram]) -> "_Compiled | None":
         key = tuple(p.name for p in policies)
         if key not in self._compiled_for:
-            watched = [p for p in policies if any(r.params.get("output") for r in p.rules)]
-            output_rules = [r for p in watched for r in p.rules if r.params.get("output")]
+            output_rules = [r for p in policies for r in p.rules if r.params.get("output")]
+            # Selection already happened when the request was prepared.
+            text = [_unselected(p) for p in policies if any(_reads_text(r) for r in p.rules)]
+            decode = [_unselected(p) for p in policies if any(r.params.get("decode") for r in p.rules)]
             self._compiled_for[key] = _Compiled(
-                # Selection already happened when the request was prepared.
-                evaluator=Evaluator([_unselected(p) for p in watched], phase="output"),
+                evaluator=Evaluator(text, phase="output") if text else None,
+                decode=Evaluator(decode, phase="decode") if decode else None,
                 reads={(p.name, r.id): [n if "." in n else f"{p.name}.{n}" for n, _ in condition_signals(r.condition)]
-                       for p in watched for r in p.rules},
+                       for p in text for r in p.rules},
                 # The strictest of the request's policies: the longest hold-back, the closest reads.
                 hold_back=max(r.params["hold_back"] for r in output_rules),
-                every=min(r.params["every"] for r in output_rules),
-            ) if watched else None
+                every=min((r.params["every"] for r in output_rules if _reads_text(r)), default=1),
+            ) if output_rules else None
         return self._compiled_for[key]
+
+
+def _reads_text(rule) -> bool:
+    """An output rule the engine evaluates, on the generated text."""
+    return bool(rule.params.get("output")) and not rule.params.get("decode")
 
 
 @dataclass(frozen=True)
 class _Compiled:
     """The output rules of one set of selected policies."""
 
-    evaluator: Evaluator
+    evaluator: Evaluator | None  # the rules on the generated text, if any
+    decode: Evaluator | None  # the rules the worker evaluates on generated tokens (decode_probes.py), if any
     reads: dict[tuple[str, str], list[str]]  # (policy, rule) -> the qualified signals its condition reads
     hold_back: int
     every: int
@@ -114,15 +135,57 @@ class OutputWatch:
 
     def __init__(self, compiled: _Compiled, matchers):
         self._evaluator = compiled.evaluator
+        self._decode = compiled.decode
         self._reads = compiled.reads
         self.hold_back, self.every = compiled.hold_back, compiled.every
-        self._matchers = {s: matchers[s] for s in compiled.evaluator.signals if s in matchers}
+        self._matchers = {s: matchers[s] for s in compiled.evaluator.signals if s in matchers} if compiled.evaluator else {}
         self._steps: list[tuple[int, int]] = []  # (tokens, characters) after each step fed
         self._read: tuple[int, int] = (0, 0)  # (tokens, characters) the rules have read
         self.finished = False
         self._reported: set[tuple[str, str | None]] = set()
         self.events: list[dict[str, Any]] = []
         self.stop: OutputStop | None = None
+        self.scores: dict[str, list[float]] = {}  # the worker's score of each generated token, per decode signal
+
+    @property
+    def decodes(self) -> bool:
+        """Whether rules the worker evaluates on generated tokens apply (their
+        record must be taken before the completion's end is released)."""
+        return self._decode is not None
+
+    def take_decode(self, record: Mapping[str, Any] | None, num_tokens: int) -> OutputStop | None:
+        """What the worker's decode rules found for this completion
+        (hooks/decode_probes.py), taken when it ended with ``num_tokens``.
+        A stop cuts at the last step boundary at or before the token where
+        the violation starts. No record for a completion whose tokens the
+        worker must have scored means its rules never ran: each policy's
+        ``on_error`` decides, as for a signal that failed."""
+        if record is None:
+            if num_tokens < 2:  # a token is scored in the step after it: nothing yet
+                return self.stop
+            record = self._unevaluated("the worker returned no record of its decode rules for this completion")
+        self.scores = {s: list(v) for s, v in (record.get("scores") or {}).items()}
+        for event in record.get("events") or ():
+            if (event.get("policy"), event.get("rule")) not in self._reported:
+                self._reported.add((event.get("policy"), event.get("rule")))
+                self.events.append(dict(event))
+        stop = record.get("stop")
+        if stop is not None and self.stop is None:
+            token, char = next(((t, c) for t, c in reversed(self._steps) if t <= stop["token"]), (0, 0))
+            self.stop = OutputStop(token, char, stop.get("policy") or "", stop.get("rule") or "", stop.get("message"))
+        return self.stop
+
+    def _unevaluated(self, reason: str) -> dict[str, Any]:
+        UNEVALUATED["completions"] += 1
+        if UNEVALUATED["completions"] == 1:
+            log.error("innerguard: %s; the decode policies' on_error decides (counted in UNEVALUATED)", reason)
+        verdict = self._decode.evaluate({s: SignalError(reason) for s in self._decode.signals})
+        events = [{"policy": d.policy, "version": d.version, "revision": d.revision, "mode": d.mode, "rule": d.rule,
+                   "rule_action": d.rule_action, "action": d.action, "applied": d.applied, "token_index": 0,
+                   "signals": {}, "message": d.message, "error": d.error or reason} for d in verdict.decisions]
+        stop = next(({"token": 0, "policy": d.policy, "rule": d.rule, "message": d.message}
+                     for d in verdict.decisions if d.action == "stop" and d.applied), None)
+        return {"events": events, "stop": stop, "scores": {}}
 
     def feed(self, text: str, num_tokens: int, finished: bool = False) -> OutputStop | None:
         """The completion's whole generated text and token count after a
@@ -137,6 +200,8 @@ class OutputWatch:
             return None
         unread = self._read[0]  # the first token the rules had not read
         self._read = (num_tokens, len(text))
+        if self._evaluator is None:  # only the worker's rules: nothing to read here
+            return None
         starts: dict[str, int] = {}
         for signal, matchers in self._matchers.items():
             found = [m for m in (matcher.search(text) for matcher in matchers) if m is not None]
@@ -198,6 +263,9 @@ class OutputWatch:
         return next((chars for tokens, chars in self._steps if tokens == token), 0)
 
 
+_CHILD = re.compile(r"^(\d+)_")  # vLLM's id of an n > 1 request's child: "<index>_<parent id>"
+
+
 def _unselected(policy: PolicyProgram) -> PolicyProgram:
     return dataclasses.replace(policy, selector={})
 
@@ -214,20 +282,59 @@ class RequestWatch:
         self._repeats = rules.repeats(repeat_sources or {})
         self.watches: dict[int, OutputWatch] = {}
         self.latest: dict[int, Any] = {}  # completion index -> its newest CompletionOutput, cut where stopped
+        self._cut: set[int] = set()  # completions whose cut is in latest
+        self.decodes = rules.decodes(policies)
+        self._records: dict[int, Any] = {}  # completion index -> the newest decode record taken
+
+    def ending(self, request_output) -> list[int]:
+        """The completions this output ends whose decode record must be
+        taken (``take_decode``) before it is fed: the worker's stop may cut
+        what it holds."""
+        if not self.decodes:
+            return []
+        return [c.index for c in request_output.outputs if c.finish_reason is not None and c.index not in self._cut]
+
+    def take_decode(self, request_output, records: Mapping[str, Any]) -> None:
+        """The worker's decode records of this request (by vLLM's request id:
+        with ``n > 1`` each completion is a child whose id starts with its
+        index), applied to the completions this output ends."""
+        # A sibling's record taken here is kept: the worker puts it again
+        # only while that sibling still generates. A stop applies at once:
+        # vLLM may hand over a stopped sibling's last token before its end.
+        for req_id, record in records.items():
+            match = _CHILD.match(req_id)
+            index = int(match.group(1)) if self.n > 1 and match else 0
+            self._records[index] = record
+            if record.get("stop") is not None:
+                self._watch(index).take_decode(record, 0)
+        for completion in request_output.outputs:
+            if completion.finish_reason is not None:
+                self._watch(completion.index).take_decode(self._records.get(completion.index), len(completion.token_ids))
 
     def update(self, request_output) -> bool:
         """Feed one output; True once every completion has finished or stopped."""
         for completion in request_output.outputs:
             index = completion.index
-            watch = self.watches.get(index)
-            if watch is None:
-                watch = self.watches[index] = self._rules.watch(self._policies, self._repeats)
-            if watch.stop is not None:
+            if index in self._cut:
                 continue  # what came after the cut is never returned
-            stop = watch.feed(completion.text, len(completion.token_ids), completion.finish_reason is not None)
+            watch = self._watch(index)
+            # A stop the worker decided is known before this output is read.
+            stop = watch.stop or watch.feed(completion.text, len(completion.token_ids), completion.finish_reason is not None)
             self.latest[index] = cut(completion, stop) if stop is not None else completion
+            if stop is not None:
+                self._cut.add(index)
         return len(self.latest) >= self.n and all(
             c.finish_reason is not None for c in self.latest.values())
+
+    def _watch(self, index: int) -> OutputWatch:
+        watch = self.watches.get(index)
+        if watch is None:
+            watch = self.watches[index] = self._rules.watch(self._policies, self._repeats)
+        return watch
+
+    def scores(self) -> dict[int, dict[str, list[float]]]:
+        """Per completion, the worker's score of each generated token, per decode signal."""
+        return {i: w.scores for i, w in sorted(self.watches.items()) if w.scores}
 
     def outputs(self) -> list[Any]:
         return [self.latest[i] for i in sorted(self.latest)]

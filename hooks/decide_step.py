@@ -46,14 +46,46 @@ def decide_hook(runtime, lifecycle):
             except Exception as exc:  # never leave a request undecided, never raise into vLLM
                 fail_closed(lifecycle, rows.state, exc)
         decisions.finish()
-        for rows in runtime.rows:  # blocked now, or earlier with a step still in flight
-            if rows.state.blocked:
-                lifecycle.blocked_now.add(rows.state.req_id)
+        for rows in runtime.rows:
+            if rows.state.decode is not None and not rows.state.blocked:
+                decide_generated(lifecycle, rows.state)
+        for rows in runtime.rows:  # blocked or stopped now, or earlier with a step still in flight
+            state = rows.state
+            if state.blocked or (state.decode is not None and state.decode.stopped):
+                lifecycle.blocked_now.add(state.req_id)
                 if rows_match:
                     _force_end_of_sequence(logits, rows.span.batch_index, runtime.modules.eos_token_id)
         return None
 
     return runtime.contained("logits", decide)
+
+
+def decide_generated(lifecycle, state) -> None:
+    """The decode rules on the generated tokens ``state`` scored in this step
+    (decode_probes.py); what they found goes where the engine takes it."""
+    decode = state.decode
+    if decode.pending is None or decode.stopped:
+        return
+    pending = decode.pending
+    if state.error is not None and decode.error is None:  # a hook failed for it: the rules' error modes decide
+        decode.error = state.error
+    try:
+        stop = decode.evaluate()
+    except Exception as exc:
+        decode.error, decode.pending = f"{type(exc).__name__}: {exc}", pending
+        try:
+            stop = decode.evaluate()
+        except Exception:  # not even the error modes could be applied: never carry on unguarded
+            decode.stopped = True
+            stop = {"token": pending[0], "policy": None, "rule": None, "message": BLOCKED_MESSAGE,
+                    "error": decode.error}
+    if stop is not None:
+        decode.record["stop"] = stop
+    # The record is live (its lists grow as tokens are scored): put once, and
+    # again after the engine took it while the completion goes on (n > 1).
+    records = lifecycle.decode_results.get(state.key, state.group.digest)
+    if records is None or state.req_id not in records:
+        lifecycle.decode_results.put(state.key, {**(records or {}), state.req_id: decode.record}, state.group.digest)
 
 
 def fail_closed(lifecycle, state, exc: Exception) -> None:

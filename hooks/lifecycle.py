@@ -44,6 +44,7 @@ class Lifecycle:
         self.states: dict[str, RequestState | None] = {}  # None: unguarded
         self.groups: dict[tuple[str, int], Group] = {}
         self.results = ResultStore()
+        self.decode_results = ResultStore()  # what decode rules found, per key: {req_id: record} (decode_probes.py)
         self.calibrations = CalibrationStore()
         self.plans = PlanVersions(on_dropped=self._plan_dropped)
         self.blocked_now: set[str] = set()  # for the scheduler, with this step's output
@@ -93,6 +94,7 @@ class Lifecycle:
             self.scheduled = events.scheduled
             self.needs_points = self._needs_points(events.scheduled)
             self.results.expire()
+            self.decode_results.expire()
             self.calibrations.expire()
             self.plans.drop_idle()
         except Exception:  # bookkeeping must never stop a step
@@ -101,8 +103,9 @@ class Lifecycle:
     def _needs_points(self, scheduled) -> bool:
         """Whether a request of this step needs the points' Python: one not
         seen yet (its prompt may be captured), one not decided, one with a
-        ``project`` steer. Decoding requests with ``add`` steers, or none, run
-        in full CUDA graphs (steering_buffers.py)."""
+        ``project`` steer, one whose generated tokens a probe scores.
+        Decoding requests with ``add`` steers, or none, run in full CUDA
+        graphs (steering_buffers.py)."""
         if not self.plans.runtimes():
             return False
         for req_id in scheduled:
@@ -111,7 +114,7 @@ class Lifecycle:
             state = self.states[req_id]
             if state is None or state.steady is not None:
                 continue
-            if not state.decided or any(a.spec.method != "add" for a in state.steers):
+            if not state.decided or state.decode is not None or any(a.spec.method != "add" for a in state.steers):
                 return True
         return False
 
@@ -136,6 +139,7 @@ class Lifecycle:
         if not group.members:
             self.groups.pop((group.key, group.digest), None)
             self.results.finished(group.key)
+            self.decode_results.finished(group.key)
         if state.runtime in self.plans.retiring:
             self.plans.drop_idle()
 
@@ -188,6 +192,8 @@ class Lifecycle:
         if state.decided and not (state.blocked or state.late_error):
             self._steer(state, span)  # decoding: at most its steers to place
             state.steady = self._steady(state, span)
+            if state.decode is not None:
+                state.runtime.rows.append(self._generated_rows(state, span))
             if (span.first_position < state.num_prompt_tokens and state.token_probes and not state.steers
                     and self.prefix.reads_token_scores()):
                 # Preempted after its decision, it recomputes its prompt, and
@@ -204,10 +210,22 @@ class Lifecycle:
         state.runtime.rows.append(rows)
 
     @staticmethod
+    def _generated_rows(state: RequestState, span: RowSpan) -> Rows:
+        """The rows of ``state``'s generated tokens in this step, for its decode
+        probes (none once it stopped: its row is still forced to end)."""
+        decode = state.decode
+        first_row = span.start + max(state.num_prompt_tokens - span.first_position, 0)
+        if decode.stopped or first_row >= span.end:
+            return Rows(state, span)
+        first = span.first_position + (first_row - span.start) - state.num_prompt_tokens
+        decode.begin(first, span.end - first_row)
+        return Rows(state, span, generated_rows=(first_row, span.end), generated_first=first)
+
+    @staticmethod
     def _steady(state: RequestState, span: RowSpan) -> tuple[tuple[int, int], ...] | None:
         """``state``'s steady steers once every one of them moves every row
         from this step on; None while any still depends on the position."""
-        if state.preempted or span.first_position < state.num_prompt_tokens:
+        if state.preempted or span.first_position < state.num_prompt_tokens or state.decode is not None:
             return None
         placed = []
         for active in state.steers:

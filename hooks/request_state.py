@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from innerguard.hooks.capture import Captures
+from innerguard.hooks.decode_probes import DecodeProbes
 from innerguard.hooks.runner_view import RowSpan
 from innerguard.hooks.steer import ActiveSteer
 
@@ -40,6 +41,7 @@ class RequestState:
     query_span: tuple[int, int] | None = None  # the reranker's query tokens
     captures: Captures = field(default_factory=Captures)
     steers: list[ActiveSteer] = field(default_factory=list)
+    decode: DecodeProbes | None = None  # token probes on its generated tokens, and the rules that read them
     static_steers: set[str] = field(default_factory=set)
     details: dict[str, Any] = field(default_factory=dict)  # per-signal extras (rerank order)
     calibration: dict[str, Any] | None = None
@@ -94,3 +96,7 @@ class Rows:
     # Prompt rows a decided request recomputes (after a preemption): only
     # their token-probe scores are kept, for the prefix cache's sake.
     rescoring: bool = False
+    # Rows holding generated tokens a decode probe scores, and the index
+    # (among the generated tokens) of the first of them.
+    generated_rows: tuple[int, int] = (0, 0)
+    generated_first: int = 0

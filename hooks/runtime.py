@@ -28,6 +28,7 @@ from innerguard.engine.plan import Plan, SteerSpec
 from innerguard.hooks.capture import qk_hook, residual_hook, token_probe_hook
 from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.decide_step import decide_hook, fail_closed
+from innerguard.hooks.decode_probes import DecodeRules, generated_probe_hook
 from innerguard.hooks.modules import ModelModules
 from innerguard.hooks import steering_buffers
 from innerguard.hooks.steer import steer_hook
@@ -68,7 +69,11 @@ class GuardRuntime:
         self._residual_layers = sorted({c.layer for c in plan.residual_captures})
         self._steer_layers = sorted({s.layer for s in plan.steers})
         token_probes = [a for a in plan.analyzers if a.kind == "token_probe"]
-        self._token_layers = sorted({int(layer) for a in token_probes for layer in a.params["layers"]})
+        self._token_layers = sorted({int(layer) for a in token_probes if a.params.get("span") != "generated"
+                                     for layer in a.params["layers"]})
+        self._generated_layers = sorted({int(layer) for a in token_probes if a.params.get("span") == "generated"
+                                         for layer in a.params["layers"]})
+        self.decode_rules = DecodeRules(self.analyzers)
         self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
                               for layer, name in a.params["weights"].items()}
         self.steer_slots: dict[SteerSpec, int] = {}  # add-steers: their row in the layer's steering table
@@ -88,6 +93,8 @@ class GuardRuntime:
                 self._handles.append(m.on_layer_output(layer, residual_hook(self, layer)))
             for layer in self._token_layers:
                 self._handles.append(m.on_layer_output(layer, token_probe_hook(self, layer)))
+            for layer in self._generated_layers:
+                self._handles.append(m.on_layer_output(layer, generated_probe_hook(self, layer)))
             for layer in self._steer_layers:
                 self._handles.append(m.on_layer_output(layer, steer_hook(self, layer)))
             self._allocate_steers()
@@ -131,6 +138,7 @@ class GuardRuntime:
             + [f"qk.{layer}" for layer in self._qk_layers]
             + [f"residual.{layer}" for layer in self._residual_layers]
             + [f"tokens.{layer}" for layer in self._token_layers]
+            + [f"generated.{layer}" for layer in self._generated_layers]
             + [f"steer.{layer}" for layer in self._steer_layers]
         )
 
@@ -197,6 +205,7 @@ class GuardRuntime:
             state.captures.query_start = start
         if state.is_calibration:
             return
+        state.decode = self.decode_rules.start(state.policies)
         # Unconditional steers apply from the first prompt token on; conditional
         # ones once the prompt has been read and decided (decide_step.py).
         for policy in state.policies:

@@ -9,6 +9,7 @@ was. An older plan keeps its hooks until its last request finishes.
 """
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from innerguard.engine.contract import GUARD_POINT_OPS, SCHEDULER
@@ -175,6 +176,11 @@ class InnerguardWorkerExtension(RecordMixin):
 
     def innerguard_take_results(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         return self._innerguard().results.take(keys)
+
+    def innerguard_take_decode(self, keys: list[str]) -> dict[str, dict[str, Any]]:
+        """The decode rules' records of these requests' completions so far
+        (hooks/decode_probes.py), copied: the worker's own go on growing."""
+        return copy.deepcopy(self._innerguard().decode_results.take(keys))
 
     def innerguard_stats(self) -> dict[str, Any]:
         """Counts of what the worker holds: live request states, results and

@@ -86,7 +86,9 @@ class _PolicyChecker:
                 if s.score == "cosine" and "bias" in self.marks_keys(path):
                     self.add("IG105", f"signal {s.name!r}: 'bias' applies only to score: probability", path + ("bias",), key=True)
             elif s.analyzer == "token_probe":
-                if s.span not in spans:
+                if s.span == "generated":
+                    self.check_decode_window(s, path)
+                elif s.span not in spans:
                     self.add("IG102", f"token_probe signal {s.name!r} scores the {s.span} span, but spans.{s.span} is not defined", path, key=True)
             elif isinstance(s, TextSignal):
                 if not s.pattern and not s.keywords and s.repeats is None:
@@ -153,6 +155,15 @@ class _PolicyChecker:
             if not any(s.type == "vector" for s in self.policy.signals):
                 self.add("IG210", f"rule {rule.id!r}: {rule.action} acts on documents, but the policy defines no reranker signal", path + ("action",))
 
+    def check_decode_window(self, signal, path: tuple) -> None:
+        """A stream holds back ``output.hold_back`` tokens; a decode probe's
+        stop cuts at the start of its window, and the engine may see one
+        more token (the step that decided) before it learns of the stop."""
+        if self.policy.output.hold_back <= signal.window:
+            self.add("IG215", f"token_probe signal {signal.name!r} pools {signal.window} generated tokens, but output.hold_back "
+                     f"is {self.policy.output.hold_back} (at least {signal.window + 1} needed): a stream may send tokens of "
+                     "the window before the rule stops it", path + ("window",), key=True)
+
     def check_output_rule(self, rule: Rule, path: tuple) -> None:
         if rule.condition is None:
             return
@@ -162,6 +173,10 @@ class _PolicyChecker:
             if rule.action == "stop":
                 self.add("IG213", f"rule {rule.id!r}: action stop ends a generation, but the rule reads no signal with span 'generated'", path + ("action",))
             return
+        decode = read & self.policy.decode_signals()
+        if decode and read & generated - decode:
+            self.add("IG213", f"rule {rule.id!r} reads generated text and generated-token probes ({', '.join(sorted(decode))}); "
+                     "the engine reads the text and the worker the probes, so a rule reads one kind", path + ("when",))
         if read - generated:
             prompt = ", ".join(sorted(read - generated))
             self.add("IG213", f"rule {rule.id!r} reads the generated text and prompt signals ({prompt}); an output rule reads only 'generated' signals", path + ("when",))

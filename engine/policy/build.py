@@ -15,7 +15,7 @@ from innerguard.engine.policy.lint_rules import make
 from innerguard.engine.policy import conditions
 from innerguard.engine.policy.diagnostics import Finding
 from innerguard.engine.policy.model import (
-    ArtifactRef, AttentionTrackerSignal, OutputSettings, Policy, ProbeSignal, RegisteredSignal, RerankerSignal, TokenProbeSignal,
+    MAX_HOLD_BACK, ArtifactRef, AttentionTrackerSignal, OutputSettings, Policy, ProbeSignal, RegisteredSignal, RerankerSignal, TokenProbeSignal,
     Rule, Signal, SpanSelector, SteerAction, TextSignal,
 )
 from innerguard.engine.policy.yamlsafe import Document
@@ -109,6 +109,16 @@ def _rule(ctx: _Context, index: int, data: dict) -> Rule:
     )
 
 
+def _output_settings(data: dict, signals) -> OutputSettings:
+    """The ``output`` block; a stream's hold-back defaults to one more than
+    the longest window of the policy's generated-token probes, so that a
+    stop never comes after the start of its window was sent (lint IG215)."""
+    windows = [s.window for s in signals if isinstance(s, TokenProbeSignal) and s.span == "generated"]
+    if windows and "hold_back" not in data:
+        data = {**data, "hold_back": max(OutputSettings.hold_back, min(max(windows) + 1, MAX_HOLD_BACK))}
+    return OutputSettings(**data)
+
+
 def build_policy(doc: Document, source: Path) -> tuple[Policy, list[Finding]]:
     """``doc`` must be valid against the schema."""
     ctx = _Context(doc, Path(source))
@@ -116,6 +126,7 @@ def build_policy(doc: Document, source: Path) -> tuple[Policy, list[Finding]]:
     meta = data["metadata"]
     selector = {k: tuple(v) for k, v in (data.get("applies_to") or {}).items()}
     spans = {k: _span(v) for k, v in (data.get("spans") or {}).items()}
+    signals = tuple(_signal(ctx, name, value) for name, value in (data.get("signals") or {}).items())
     policy = Policy(
         name=meta["name"],
         version=str(meta["version"]),
@@ -126,10 +137,10 @@ def build_policy(doc: Document, source: Path) -> tuple[Policy, list[Finding]]:
         mode=data.get("mode", "enforce"),
         on_error=data.get("on_error", "fail-closed"),
         priority=data.get("priority", 0),
-        output=OutputSettings(**data.get("output", {})),
+        output=_output_settings(data.get("output", {}), signals),
         selector=selector,
         spans=spans,
-        signals=tuple(_signal(ctx, name, value) for name, value in (data.get("signals") or {}).items()),
+        signals=signals,
         rules=tuple(_rule(ctx, i, value) for i, value in enumerate(data["rules"])),
         source=ctx.source.absolute(),
         revision=doc.sha256,

@@ -40,6 +40,9 @@ DEFAULT_STOP_MESSAGE = (
 )
 
 
+MAX_HOLD_BACK = 256  # output.hold_back's maximum in the schema
+
+
 @dataclass(frozen=True)
 class OutputSettings:
     """How a policy's output rules read a generation (the ``output`` key)."""
@@ -140,7 +143,7 @@ class ProbeSignal(Signal):
 class TokenProbeSignal(Signal):
     layers: tuple[int, ...]
     weights: ArtifactRef  # tensors "<key>.<layer>" [hidden] and "bias" [1]
-    span: Literal["untrusted", "trusted"] = "untrusted"
+    span: Literal["untrusted", "trusted", "generated"] = "untrusted"  # generated: scored in the worker as the model writes
     window: int = 12
     length_adjust: float = 0.0  # taken off per ln(number of windows): hooks/analyzers/token_probe.py
     type: SignalType = "number"
@@ -286,7 +289,13 @@ class Policy:
 
     def generated_signals(self) -> frozenset[str]:
         """Short names of the signals that read what the model writes."""
-        return frozenset(s.name for s in self.signals if isinstance(s, TextSignal) and s.span == "generated")
+        return frozenset(s.name for s in self.signals
+                         if isinstance(s, (TextSignal, TokenProbeSignal)) and s.span == "generated")
+
+    def decode_signals(self) -> frozenset[str]:
+        """Short names of the generated signals the worker computes (token
+        probes on the generated tokens); the engine computes the others."""
+        return frozenset(s.name for s in self.signals if isinstance(s, TokenProbeSignal) and s.span == "generated")
 
     def reads_generated(self, rule: Rule) -> bool:
         """An output rule: evaluated on the generated text, not at prefill."""
@@ -322,10 +331,17 @@ class Policy:
             rules=tuple(
                 RuleProgram(id=r.id, condition=conditions.to_data(r.condition), action=r.action,
                             params={**r.params(self.name),
-                                    **({"output": True, **self.output.params()} if self.reads_generated(r) else {})})
+                                    **(self._output_params(r) if self.reads_generated(r) else {})})
                 for r in self.rules
             ),
         )
+
+    def _output_params(self, rule: Rule) -> dict[str, Any]:
+        """An output rule's: evaluated by the worker, on each generated token,
+        when it reads a signal the model computes (``decode``), else by the
+        engine on the detokenized text."""
+        decode = any(n in self.decode_signals() for n, _ in conditions.signals_in(rule.condition))
+        return {"output": True, **({"decode": True} if decode else {}), **self.output.params()}
 
 
 @dataclass(frozen=True)

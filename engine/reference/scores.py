@@ -130,6 +130,21 @@ def reference_probe(
     return 1.0 / (1.0 + math.exp(-z))
 
 
+def reference_token_scores(model: Any, input_ids, weights: dict[int, torch.Tensor], bias: float,
+                           span: Sequence[Range]) -> list[float]:
+    """s_t = Σ_L weights[L]·x_L,t + bias for each token t of ``span`` (x: the
+    residual after layer L, float64). Generated tokens are scored teacher
+    forced: pass the prompt and the completion as ``input_ids``."""
+    positions = _positions(span)
+    scores = [float(bias)] * len(positions)
+    for layer, weight in weights.items():
+        x = reference_residual(model, input_ids, layer, slice(None)).double()
+        w = weight.double()
+        for i, t in enumerate(positions):
+            scores[i] += float(x[t] @ w)
+    return scores
+
+
 def reference_token_probe(
     model: Any,
     input_ids,
@@ -144,13 +159,7 @@ def reference_token_probe(
     then the largest mean of s_t over ``window`` consecutive span tokens (the
     mean of all when the span is shorter), less ``length_adjust`` times the
     natural log of how many such means there were."""
-    positions = _positions(span)
-    scores = [float(bias)] * len(positions)
-    for layer, weight in weights.items():
-        x = reference_residual(model, input_ids, layer, slice(None)).double()
-        w = weight.double()
-        for i, t in enumerate(positions):
-            scores[i] += float(x[t] @ w)
+    scores = reference_token_scores(model, input_ids, weights, bias, span)
     if len(scores) <= window:
         return sum(scores) / len(scores)
     means = [sum(scores[i:i + window]) / window for i in range(len(scores) - window + 1)]

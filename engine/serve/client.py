@@ -14,6 +14,7 @@ from typing import Any, AsyncGenerator, Mapping
 
 from vllm.sampling_params import RequestOutputKind
 
+from innerguard.engine.contract import RPC_TAKE_DECODE
 from innerguard.engine.output_watch import OutputRules, RequestWatch
 from innerguard.engine.requests import GuardRequest, PreparedRequest, prepare
 from innerguard.engine.verdicts import explain, refuse, undecided
@@ -92,7 +93,7 @@ class GuardedEngineClient:
                 yield usage.add(refuse(first, result.get("message"), n=params.n, keep_logprobs=params.logprobs is not None))
                 return
             if watch is not None:
-                async for out in _released(first, stream, watch, asked):
+                async for out in _released(first, stream, watch, asked, self._take_decode(prepared.key)):
                     yield usage.add(out)
                 return
             if not final_only:
@@ -111,6 +112,12 @@ class GuardedEngineClient:
             await stream.aclose()
             if result is not None:
                 self._guard.completed(result, usage.tokens, usage.finish_reason, watch.events() if watch else None)
+
+    def _take_decode(self, key: str):
+        """What the worker's decode rules found for the request ``key`` so far."""
+        async def take() -> dict[str, Any]:
+            return (await self._engine.collective_rpc(RPC_TAKE_DECODE, args=([key],)))[0].get(key, {})
+        return take
 
     def _watch(self, plan, prepared: PreparedRequest, n: int) -> RequestWatch | None:
         if self._output_rules is None or self._output_rules[0] != plan.bundle_hash:
@@ -144,7 +151,7 @@ class GuardedEngineClient:
             pass
 
 
-async def _released(first, stream, watch: RequestWatch, asked) -> AsyncGenerator[Any, None]:
+async def _released(first, stream, watch: RequestWatch, asked, take_decode) -> AsyncGenerator[Any, None]:
     """What the client may see of a request with output rules: vLLM's
     cumulative outputs, read by the rules after every step, returned in the
     kind the client asked for. A stream sends only what the rules have read,
@@ -156,6 +163,8 @@ async def _released(first, stream, watch: RequestWatch, asked) -> AsyncGenerator
     ended: set[int] = set()  # completions whose finish has been returned
     out = first
     while out is not None:
+        if watch.ending(out):  # the worker's decode rules may cut what this output holds
+            watch.take_decode(out, await take_decode())
         every_one_ended = watch.update(out)
         last = out.finished or every_one_ended
         if asked == RequestOutputKind.FINAL_ONLY:

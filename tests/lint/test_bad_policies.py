@@ -155,12 +155,13 @@ def probe_policy(artifact: str, extra: str = "", when: str = "topic > 0.5", laye
     )
 
 
-def token_probe_policy(layers: str = "[6, 12]", span: str = "untrusted", head: str = HEAD, pooling: str = "") -> str:
+def token_probe_policy(layers: str = "[6, 12]", span: str = "untrusted", head: str = HEAD, pooling: str = "",
+                       when: str = "injected > 4", action: str = "block", signals: str = "") -> str:
     return head + (
         "signals:\n  injected:\n    analyzer: token_probe\n"  # injected at line 10
         f"    layers: {layers}\n    span: {span}\n{pooling}"  # layers at line 12
         "    weights:\n      artifact: artifacts/t.safetensors\n"  # artifact at line 15
-        "rules:\n  - id: r\n    when: injected > 4\n    action: block\n"
+        f"{signals}rules:\n  - id: r\n    when: {when}\n    action: {action}\n"
     )
 
 
@@ -224,6 +225,13 @@ CASES += [
          setup=token_weights(6, 12, pooled={"window": "12", "length_adjust": "0.4200"})),
     Case("token-probe-span-undefined", token_probe_policy(span="trusted", head=HEAD.replace("  trusted: {roles: [system]}\n", "")), "IG102", 9,
          setup=token_weights(6, 12)),
+    # A token probe on the generated tokens (span: generated) makes a decode rule, evaluated in the worker.
+    Case("decode-rule-blocks", token_probe_policy(span="generated"), "IG213", 19, setup=token_weights(6, 12)),
+    Case("decode-rule-reads-generated-text", token_probe_policy(span="generated", when="injected > 4 and leak", action="stop",
+                                                                signals=OUTPUT_SIGNAL), "IG213", 22, setup=token_weights(6, 12)),
+    Case("decode-hold-back-within-the-window", token_probe_policy(span="generated", head=HEAD + "output: {hold_back: 12}\n",
+                                                                  pooling="    window: 12\n", action="stop"),
+         "IG215", 15, setup=token_weights(6, 12)),
     # ---- model geometry (with --model) --------------------------------------------
     Case("model-token-probe-layer-out-of-range", token_probe_policy("[6, 30]"), "IG601", 12, setup=token_weights(6, 30), model="smollm2-135m-instruct"),
     Case("model-head-out-of-range", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: [[1, 2], [3, 9]]\nrules:\n" + BLOCK_LOW, "IG511", 12, model="smollm2-135m-instruct"),

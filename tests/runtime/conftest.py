@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import LENGTH_ADJUST, make_vector
+from helpers import LENGTH_ADJUST, TOKEN_PROBE_ARTIFACT, decode_policy, make_vector
 
 POLICIES = Path(__file__).parent / "policies"
 # The shipped token-level probe policy, with its fitted artifact (test_token_probe.py).
 SHIPPED = Path(__file__).resolve().parents[2] / "policies"
-TOKEN_PROBE_ARTIFACT = "smollm2-135m-instruct.injection-token-probe.safetensors"
 
 
 def _length_adjusted_copy(folder: Path) -> None:
@@ -49,6 +48,7 @@ def policy_dir(tmp_path_factory, smollm2_dir) -> Path:
     shutil.copy(SHIPPED / "prompt-injection.yaml", folder / "tokens.yaml")
     shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, folder / "artifacts" / TOKEN_PROBE_ARTIFACT)
     _length_adjusted_copy(folder)
+    (folder / "decode.yaml").write_text(decode_policy())  # its probe on the generated tokens (test_token_probe.py)
     return folder
 
 

@@ -1,6 +1,7 @@
 """Small helpers shared by the runtime tests."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -58,3 +59,7 @@ def make_vector(path: Path, model_dir: Path, layer: int, seed: int) -> torch.Ten
         metadata={"model_name": "smollm2-135m-instruct", "hidden_size": str(g.hidden_size), "layer": str(layer), "model_fingerprint": g.fingerprint},
     )
     return vector
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # decode_probe_policy, shared with tests/serve
+from decode_probe_policy import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, decode_policy, firing, reference_decode_scores  # noqa: E402,F401

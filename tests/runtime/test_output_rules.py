@@ -1,16 +1,24 @@
-"""Output rules inside a real vLLM engine (issue 35, first part): a ``stop``
-rule on the generated text ends SmolLM2's completion where the violation
-starts, returns nothing from that token on, aborts the rest of the
-generation, and says where in the audit trail."""
+"""Output rules inside a real vLLM engine (issue 35): a ``stop`` rule on the
+generated text, or on a token probe of the generated tokens (a decode rule,
+evaluated in the worker), ends SmolLM2's completion where the violation
+starts, returns nothing from that token on, ends the rest of the
+generation, and says where in the audit trail. The decode probe's scores
+equal the Hugging Face reference's, teacher forced."""
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
+import torch
+from helpers import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, decode_policy, firing, reference_decode_scores
+
+from innerguard.hooks.analyzers.token_probe import window_max
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SHIPPED = Path(__file__).resolve().parents[2] / "policies"
 CHAT = [{"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "Describe a walk through a city park in spring, in a few sentences."}]
 
@@ -186,3 +194,74 @@ def test_a_recital_of_the_system_prompt_is_stopped_where_it_starts(watched):
         "system-prompt-leak", "stop-system-prompt-leak", len(out.token_ids))
     # The cut is the token whose text holds the recital's first character.
     assert len(llm.tokenizer.decode(free.token_ids[:len(out.token_ids) + 1])) > run.start
+
+
+# -- decode rules: a token probe on the generated tokens, in the worker --------
+
+DECODED = {"id": "decoded", "messages": CHAT, "tags": ["decode"]}
+
+
+@pytest.fixture(scope="module")
+def decoded(watched, reference):
+    """The decode policy (helpers.DECODE_POLICY) next to a word rule that
+    never fires, and what SmolLM2 writes under it when it never fires either,
+    with the Hugging Face reference's teacher-forced scores of those tokens."""
+    llm, folder, _, _, params = watched
+    (folder / "artifacts").mkdir(exist_ok=True)
+    shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, folder / "artifacts" / TOKEN_PROBE_ARTIFACT)
+    _write(folder, "QQQ-never-written")
+    (folder / "decode.yaml").write_text(decode_policy())
+    llm.reload(folder)
+    (free,) = llm.run([DECODED], params)
+    want = reference_decode_scores(reference, folder / "artifacts" / TOKEN_PROBE_ARTIFACT,
+                                   free.output.prompt_token_ids, free.token_ids)
+    yield llm, folder, free, want, params
+    (folder / "decode.yaml").unlink()
+    llm.reload(folder)
+
+
+def test_decode_probe_scores_equal_the_reference_teacher_forced_eager(decoded):
+    _, _, free, want, _ = decoded
+    assert free.action == "allow" and free.output_decisions == [] and len(free.token_ids) == 48
+    got = free.decode_scores[0]["decode.written"]
+    assert len(got) == len(want) == 47  # the last token's hidden state is never computed
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4
+
+
+def test_a_decode_stop_returns_nothing_from_the_window_that_fired(decoded, watched):
+    llm, folder, free, want, params = decoded
+    audit = watched[2]
+    k, threshold = firing(want, DECODE_WINDOW)
+    (folder / "decode.yaml").write_text(decode_policy(threshold))
+    llm.reload(folder)
+    (out,) = llm.run([DECODED], params)
+    cut = k - DECODE_WINDOW  # the first token of the window that fired
+    assert out.finish_reason == "content_filter" and out.action == "stop"
+    assert out.token_ids == free.token_ids[:cut] and free.text.startswith(out.text)
+    (event,) = out.output_decisions
+    assert (event["policy"], event["rule"], event["action"], event["applied"]) == ("decode", "stop-written", "stop", True)
+    assert (event["token_index"], event["scored_tokens"]) == (cut, k)
+    assert event["signals"]["decode.written"] == pytest.approx(window_max(torch.tensor(want[:k]), DECODE_WINDOW), abs=1e-4)
+    assert event["message"].startswith("Stopped by stop-written at ")
+    llm.audit.flush()
+    completion = [json.loads(line) for line in audit.read_text().splitlines() if '"completion"' in line][-1]
+    assert completion["finish_reason"] == "content_filter"
+    (recorded,) = completion["output_decisions"]
+    assert (recorded["rule"], recorded["token_index"], recorded["policy"]["name"]) == ("stop-written", cut, "decode")
+
+    # n > 1: each completion is a child request in the worker, stopped on its own.
+    from vllm import SamplingParams
+
+    # top_k=1: both children write the greedy text (vLLM refuses n > 1 at temperature 0).
+    (two,) = llm.run([DECODED], SamplingParams(temperature=1.0, top_k=1, max_tokens=48, n=2))
+    assert [c.index for c in two.output.outputs] == [0, 1]
+    assert all(c.finish_reason == "content_filter" and tuple(c.token_ids) == free.token_ids[:cut] for c in two.output.outputs)
+    assert sorted(e["completion"] for e in two.output_decisions) == [0, 1]
+
+    # Shadow mode: the stop is recorded, nothing is cut.
+    (folder / "decode.yaml").write_text(decode_policy(threshold, mode="shadow"))
+    llm.reload(folder)
+    (shadow,) = llm.run([DECODED], params)
+    assert shadow.token_ids == free.token_ids and shadow.finish_reason == "length"
+    (event,) = shadow.output_decisions
+    assert (event["rule_action"], event["applied"], event["token_index"]) == ("stop", False, cut)

@@ -14,7 +14,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from helpers import LENGTH_ADJUST, TEXTS, long_text, prepared, row
+from helpers import LENGTH_ADJUST, TEXTS, TOKEN_PROBE_ARTIFACT, long_text, prepared, reference_decode_scores, row
 
 from innerguard.engine.reference.scores import reference_token_probe
 
@@ -122,3 +122,27 @@ def test_benign_scores_do_not_climb_with_length(guarded, shipped_probe):
     threshold = float(shipped_probe.threshold)
     assert medians[200] < threshold
     assert abs(medians[2000] - medians[200]) <= 0.25 * (threshold - medians[200]), (medians, threshold)
+
+
+def test_decode_probe_scores_equal_the_reference_teacher_forced_compiled(guarded, chunked, reference, policy_dir):
+    """A token probe on the generated tokens (span: generated, the policy
+    decode of helpers.py) on the compiled engine, with requests of other
+    policies in the same batch, and on the chunked one: each generated
+    token's score equals the reference's, the prompt and completion run as
+    one sequence."""
+    from vllm import SamplingParams
+
+    rows = [{"id": "dp0", "instruction": "Rewrite the text as a short story for children, in five sentences.",
+             "data": TEXTS[3], "policies": ["decode"]},
+            row(1, ["prompt-injection"], rid="dp1"),
+            {"id": "dp2", "instruction": "Say hello.", "data": TEXTS[1], "policies": ["decode"]}]
+    for llm in (guarded, chunked):
+        outs = llm.run(rows, SamplingParams(temperature=0.0, max_tokens=24))
+        assert all(o.error is None for o in outs), [o.error for o in outs]
+        assert outs[1].decode_scores == {}
+        for out in (outs[0], outs[2]):
+            got = out.decode_scores[0]["decode.written"]
+            want = reference_decode_scores(reference, policy_dir / "artifacts" / TOKEN_PROBE_ARTIFACT,
+                                           out.output.prompt_token_ids, out.token_ids)
+            assert len(got) == len(want) == len(out.token_ids) - 1 > 0
+            assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4, out.id

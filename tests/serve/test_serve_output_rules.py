@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import httpx
 import pytest
 
-from serve_requests import ALLOWED, KEY, chat, completion
+from serve_requests import ALLOWED, INSTRUCTION, KEY, chat, completion
 from test_serve_audit import _records_of
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # decode_probe_policy, shared with tests/runtime
+from decode_probe_policy import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, decode_policy, firing, reference_decode_scores  # noqa: E402
+
 pytestmark = pytest.mark.vllm
+SHIPPED = Path(__file__).resolve().parents[2] / "policies"
+DECODE = {"policies": ["decode"]}
 
 STOP_THE, STOP_ONLY = {"policies": ["stop-the"]}, {"policies": ["stop-only"]}  # tests/serve/conftest.py
 
@@ -152,3 +159,86 @@ def test_the_recital_is_stopped_in_every_request_shape_and_under_concurrency(ser
         results = list(pool.map(send, shapes))
     for (text, finish), request in zip(results, shapes):
         assert finish == "content_filter" and leak.search(text) is None, (request.get("stream"), text)
+
+
+LONGER = "Summarise the following customer review in five detailed sentences."
+
+
+def _long(**extra) -> dict:
+    """The allowed review, asked for a longer answer (the system message is trusted: the injection probe does not read it)."""
+    body = chat(ALLOWED, max_tokens=48, **extra)
+    body["messages"][0]["content"] = LONGER
+    return body
+
+
+@pytest.fixture
+def decode_served(server, served_policies, smollm2_dir):
+    """The test policy "decode" (tests/decode_probe_policy.py) installed in
+    the server while a test runs, with the threshold the test gives."""
+    import shutil
+
+    from innerguard.engine.reference.model import load_reference_model
+
+    shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, served_policies / "artifacts" / TOKEN_PROBE_ARTIFACT)
+
+    def install(threshold: float) -> None:
+        (served_policies / "decode.yaml").write_text(decode_policy(threshold))
+        assert server.reload().status_code == 200
+
+    yield install, load_reference_model(smollm2_dir)
+    (served_policies / "decode.yaml").unlink(missing_ok=True)
+    assert server.reload().status_code == 200
+
+
+def test_a_streamed_decode_stop_sends_nothing_from_the_window_that_fired(server, served_policies, decode_served):
+    """A decode rule (a token probe on the generated tokens, evaluated in the
+    worker) through the server. Its threshold is placed, from the Hugging
+    Face reference's teacher-forced scores of the free answer, so that it
+    fires once k tokens are scored: the stream carries none of the answer's
+    tokens from k - window on (the hold-back defaults to the window), ends with content_filter and the rule's message, and the audit
+    record names the token; with n = 2 and with two prompts, each choice on
+    its own."""
+    install, reference = decode_served
+    install(1e9)  # never fires
+    free = _post(server, _long(return_token_ids=True, innerguard=DECODE)).json()
+    answer = free["choices"][0]
+    assert len(answer["token_ids"]) > DECODE_WINDOW + 4, answer
+    want = reference_decode_scores(reference, served_policies / "artifacts" / TOKEN_PROBE_ARTIFACT,
+                                   free["prompt_token_ids"], answer["token_ids"])
+    k, threshold = firing(want, DECODE_WINDOW)
+    cut = k - DECODE_WINDOW
+    install(threshold)
+    stream = _events(_post(server, _long(stream=True, return_token_ids=True, innerguard=DECODE)))
+    choices = [c for e in stream for c in e.get("choices", [])]
+    assert [c["finish_reason"] for c in choices if c.get("finish_reason")] == ["content_filter"]
+    # The cut falls at the last step the server read at or before the token
+    # (under load vLLM may hand it several steps at once): never after it.
+    sent_ids = [t for c in choices for t in c.get("token_ids") or ()]
+    assert sent_ids == answer["token_ids"][:len(sent_ids)] and len(sent_ids) <= cut
+    sent = "".join(c["delta"].get("content") or "" for c in choices)
+    assert sent.startswith(answer["message"]["content"][:len(sent) // 4]) and "Stopped by stop-written at " in sent
+    records = _records_of(server, stream[0]["innerguard"]["decision_id"],
+                          until=lambda rs: any(x["type"] == "completion" for x in rs))
+    (record,) = [x for x in records if x["type"] == "completion"]
+    (event,) = record["output_decisions"]
+    assert (event["policy"]["name"], event["rule"], event["action"], event["token_index"]) == ("decode", "stop-written", "stop", cut)
+    assert record["finish_reason"] == "content_filter"
+
+    # n = 2 (top_k=1: both write the greedy answer): each choice stops on
+    # its own, where the single answer did. Two prompts of a completion
+    # request (a raw prompt that renders a little differently): each stops.
+    body = _long(temperature=1.0, top_k=1, n=2, stream=True, return_token_ids=True, innerguard=DECODE)
+    prompt = completion(ALLOWED)["prompt"].replace(INSTRUCTION, LONGER)
+    two_prompts = {**completion(ALLOWED), "prompt": [prompt, prompt], "max_tokens": 48, "stream": True,
+                   "return_token_ids": True, "innerguard": DECODE}
+    for response, most in ((_post(server, body), cut), (_post(server, two_prompts, "/v1/completions"), None)):
+        tokens: dict[int, list[int]] = {}
+        finish: dict[int, list[str]] = {}
+        for c in (c for e in _events(response) for c in e.get("choices", [])):
+            tokens.setdefault(c["index"], []).extend(c.get("token_ids") or ())
+            if c.get("finish_reason"):
+                finish.setdefault(c["index"], []).append(c["finish_reason"])
+        assert finish == {0: ["content_filter"], 1: ["content_filter"]}
+        shorter = min(len(t) for t in tokens.values())
+        assert tokens[0][:shorter] == tokens[1][:shorter]
+        assert most is None or all(len(t) <= most for t in tokens.values()), (tokens, most)

@@ -1,0 +1,228 @@
+"""Token probes on what the model writes, and the output rules that read them.
+
+A ``token_probe`` signal with ``span: generated`` scores each generated token
+as a prompt probe scores prompt tokens (analyzers/token_probe.py):
+``s_t = Σ_L w_L · h_L,t + b``, added up over its layers by the same layer
+points (capture.py). A token's hidden state is computed in the step that
+samples the token after it, so a token is scored one step after it was
+sampled, and a completion's last token is never scored.
+
+After each step's forward (the logits hook, decide_step.py) the output rules
+that read these signals ("decode" rules, ``Evaluator(phase="decode")``) are
+evaluated for every request that scored a new token, on the signal value
+the prompt's pooling gives the generated tokens scored so far: the largest
+mean over ``window`` consecutive tokens. The rules first run once every
+signal they read has a whole window: the mean of the first few tokens
+alone says little (the first one often scores far from the rest), and a
+completion shorter than a window plus one token is never judged. A ``stop`` forces the row to end-of-sequence, as a block does, and
+the scheduler finishes the completion in this step; the record says where
+the violation starts: the first token of the window that made the rule fire.
+The engine takes the record (``RPC_TAKE_DECODE``) when the completion ends
+and returns nothing from that token on; a stream's hold-back (at least the
+window) has kept those tokens from being sent.
+
+Rules here are evaluated after every scored token: the policy's
+``output.every`` spaces the engine's reads of the generated text only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from innerguard.engine.decide import Evaluator, SignalError, condition_signals
+
+GROW = 256  # scores are kept in a buffer grown by this many tokens at a time
+
+
+@dataclass(eq=False)
+class _Pooled:
+    """One generated signal's running window maximum, fed score by score."""
+
+    window: int
+    bias: float
+    scores: list[float] = field(default_factory=list)  # host copies, bias included, one per scored token
+    best: float = -math.inf  # the largest full-window mean so far
+    best_start: int = 0
+
+    def add(self, values: list[float]) -> None:
+        w = self.window
+        for value in values:
+            self.scores.append(value + self.bias)
+            n = len(self.scores)
+            if n >= w:
+                mean = math.fsum(self.scores[n - w:]) / w
+                if mean > self.best:
+                    self.best, self.best_start = mean, n - w
+
+    @property
+    def ready(self) -> bool:
+        return len(self.scores) >= self.window
+
+    def value(self) -> tuple[float, int]:
+        """The signal and the first token of the window that gives it (once ``ready``)."""
+        return self.best, self.best_start
+
+
+@dataclass(eq=False)
+class DecodeProbes:
+    """One completion's generated-token probes and decode rules."""
+
+    evaluator: Evaluator
+    reads: dict[tuple[str, str], list[str]]  # (policy, rule) -> the qualified signals its condition reads
+    signals: dict[str, _Pooled]  # qualified signal -> its pooling
+    layers: frozenset[int]
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)  # signal -> per-token sums over layers (device)
+    scored: int = 0  # generated tokens whose scores are final
+    pending: tuple[int, int] | None = None  # generated tokens this step scores
+    stopped: bool = False
+    error: str | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    reported: set[tuple[str, str | None]] = field(default_factory=set)
+    # What the engine takes (RPC_TAKE_DECODE): the events so far, the stop,
+    # every scored token's score per signal. Live: the lists grow in place.
+    record: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.record.update(events=self.events, stop=None, scores={s: p.scores for s, p in self.signals.items()})
+
+    def begin(self, first: int, count: int) -> None:
+        """This step computes generated tokens ``[first, first + count)``:
+        their sums start from zero (a recompute after preemption rescores)."""
+        end = first + count
+        for signal, sums in list(self.sums.items()):
+            if sums.numel() < end:
+                grown = sums.new_zeros(end + GROW)
+                grown[: sums.numel()] = sums
+                self.sums[signal] = sums = grown
+            sums[first:end] = 0
+        self.pending = (first, end)
+
+    def add(self, signal: str, first: int, values: torch.Tensor) -> None:
+        """One layer's share of the scores of generated tokens from ``first`` on."""
+        sums = self.sums.get(signal)
+        end = first + values.shape[0]
+        if sums is None or sums.numel() < end:
+            grown = values.new_zeros(end + GROW)
+            if sums is not None:
+                grown[: sums.numel()] = sums
+            self.sums[signal] = sums = grown
+        sums[first:end] += values
+
+    def evaluate(self) -> dict[str, Any] | None:
+        """Pool the tokens this step scored and run the decode rules. Returns
+        the stop (a record) once an applied ``stop`` fires."""
+        if self.pending is None or self.stopped:
+            return None
+        first, end = self.pending
+        self.pending = None
+        if end <= self.scored:
+            return None  # recomputed tokens: already pooled
+        first = max(first, self.scored)
+        values: dict[str, Any] = {}
+        starts: dict[str, int] = {}
+        for signal, pooled in self.signals.items():
+            if self.error is not None:
+                values[signal] = SignalError(self.error)
+                continue
+            sums = self.sums.get(signal)
+            if sums is None:
+                values[signal] = SignalError(f"no scores were computed for {signal}")
+                continue
+            pooled.add(sums[first:end].tolist())
+            values[signal], starts[signal] = pooled.value()
+        self.scored = end
+        if self.error is None and not all(p.ready for p in self.signals.values()):
+            return None
+        verdict = self.evaluator.evaluate(values)
+        stop = None
+        for decision in verdict.decisions:
+            if decision.action == "allow" and decision.error is None:
+                continue  # a failure is recorded even where the error mode lets the generation go on
+            fired = [(h.rule, h.action) for h in decision.hits] or [(decision.rule, decision.rule_action)]
+            for rule, rule_action in fired:
+                deciding = rule == decision.rule
+                token = min((starts[s] for s in self.reads.get((decision.policy, rule), ()) if s in starts), default=first)
+                if (decision.policy, rule) not in self.reported:
+                    self.reported.add((decision.policy, rule))
+                    self.events.append({
+                        "policy": decision.policy, "version": decision.version, "revision": decision.revision,
+                        "mode": decision.mode, "rule": rule, "rule_action": rule_action,
+                        "action": decision.action if deciding else "flag" if decision.mode == "warn" else rule_action,
+                        "applied": decision.applied, "token_index": token, "scored_tokens": end,
+                        "signals": {k: (None if isinstance(v, SignalError) else v) for k, v in decision.signals.items()},
+                        "message": decision.message if deciding else None, "error": decision.error if deciding else None,
+                    })
+                if deciding and decision.action == "stop" and decision.applied and stop is None:
+                    stop = {"token": token, "policy": decision.policy, "rule": rule or "", "message": decision.message}
+        if stop is not None:
+            self.stopped = True
+        return stop
+
+
+class DecodeRules:
+    """A plan's decode rules, compiled per set of policies."""
+
+    def __init__(self, analyzers: dict[str, Any]):
+        self._analyzers = analyzers
+        self._compiled: dict[tuple[str, ...], tuple[Evaluator, dict, dict[str, _Pooled], frozenset[int]] | None] = {}
+
+    def start(self, policies) -> DecodeProbes | None:
+        """A completion's probes under ``policies``, or None when none of
+        them has a decode rule."""
+        key = tuple(p.name for p in policies)
+        if key not in self._compiled:
+            self._compiled[key] = self._compile(policies)
+        compiled = self._compiled[key]
+        if compiled is None:
+            return None
+        evaluator, reads, pooled, layers = compiled
+        signals = {s: _Pooled(p.window, p.bias) for s, p in pooled.items()}
+        return DecodeProbes(evaluator, reads, signals, layers)
+
+    def _compile(self, policies):
+        watched = [p for p in policies if any(r.params.get("decode") for r in p.rules)]
+        if not watched:
+            return None
+        reads, pooled, layers = {}, {}, set()
+        for policy in watched:
+            for rule in policy.rules:
+                names = [n if "." in n else f"{policy.name}.{n}" for n, _ in condition_signals(rule.condition)]
+                reads[(policy.name, rule.id)] = names
+                if not rule.params.get("decode"):
+                    continue
+                for name in names:
+                    spec = self._analyzers.get(name)
+                    if spec is None or spec.kind != "token_probe" or spec.params.get("span") != "generated":
+                        continue
+                    pooled[name] = _Pooled(int(spec.params["window"]), float(spec.params.get("bias") or 0.0))
+                    layers.update(int(layer) for layer in spec.params["layers"])
+        # Selection already happened on the engine side (names, tags, tenant).
+        evaluator = Evaluator([dataclasses.replace(p, selector={}) for p in watched], phase="decode")
+        return evaluator, reads, pooled, frozenset(layers)
+
+
+def generated_probe_hook(runtime, layer: int):
+    """At the layer point of ``layer``: each decode probe's share of the
+    scores of the generated tokens in this step, ``w_layer · (hidden + residual)``."""
+
+    def score_generated(hidden, residual):
+        runtime.hook_calls[f"generated.{layer}"] += 1
+        for rows in runtime.rows:
+            decode = rows.state.decode
+            a, b = rows.generated_rows
+            if decode is None or b <= a or layer not in decode.layers:
+                continue
+            try:
+                stream = (hidden[a:b] + residual[a:b]).float()
+                for signal in decode.signals:
+                    weight = runtime.token_weights.get((signal, layer))
+                    if weight is not None:
+                        decode.add(signal, rows.generated_first, stream @ weight)
+            except Exception as exc:
+                rows.state.fail(f"generated-token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
+
+    return runtime.contained(f"generated.{layer}", score_generated)

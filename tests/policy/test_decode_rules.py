@@ -1,0 +1,200 @@
+"""Decode rules (issue 35): a rule on a ``token_probe`` with ``span:
+generated`` is evaluated in the worker on each generated token's score
+(hooks/decode_probes.py); the engine applies what the worker recorded
+(engine/output_watch.py). These check both halves without an engine: the
+pooling against the prompt's window maximum, where a stop cuts, the error
+modes, and what the engine does with a record, or without one."""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from innerguard.engine import output_watch
+from innerguard.engine.output_watch import OutputRules, RequestWatch
+from innerguard.engine.plan import AnalyzerSpec
+from innerguard.engine.policy.loader import load_file
+from innerguard.hooks.analyzers.token_probe import window_max
+from innerguard.hooks.decode_probes import DecodeRules
+
+POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {{name: drift, version: 1.0.0}}
+mode: {mode}
+on_error: {on_error}
+signals:
+  drift:
+    analyzer: token_probe
+    layers: [2]
+    window: 4
+    span: generated
+    weights: {{artifact: artifacts/w.safetensors}}
+rules:
+  - id: stop-drift
+    when: drift > 1.0
+    action: stop
+    message: "stopped at {{{{ signals.drift | round(2) }}}}"
+"""
+
+
+def _plan(tmp_path: Path, mode: str = "enforce", on_error: str = "fail-closed"):
+    (tmp_path / "drift.yaml").write_text(POLICY.format(mode=mode, on_error=on_error))
+    policy = load_file(tmp_path / "drift.yaml").policy
+    assert policy is not None
+    analyzers = {policy.qualified(s.name): AnalyzerSpec(signal=policy.qualified(s.name), kind="token_probe",
+                                                        params={**s.params(), "bias": 0.5}) for s in policy.signals}
+    return SimpleNamespace(analyzers=list(analyzers.values())), analyzers, policy.to_program()
+
+
+def _score(probes, scores: list[float], start: int = 0) -> list:
+    """Feed the worker's probes one generated token per step, as the layer
+    point and the logits hook do; the stops each step returned."""
+    stops = []
+    for i, value in enumerate(scores, start):
+        probes.begin(i, 1)
+        probes.add("drift.drift", i, torch.tensor([value], dtype=torch.float32))
+        stops.append(probes.evaluate())
+    return stops
+
+
+def test_the_compiled_rule_is_a_decode_rule_and_the_hold_back_covers_the_window(tmp_path):
+    _, _, program = _plan(tmp_path)
+    (rule,) = program.rules
+    assert {k: rule.params[k] for k in ("output", "decode", "hold_back")} == {"output": True, "decode": True, "hold_back": 8}
+    assert program.signals == ()  # the prompt phase never waits for it
+    (tmp_path / "wide.yaml").write_text(POLICY.format(mode="enforce", on_error="fail-closed")
+                                        .replace("window: 4", "window: 20").replace("name: drift", "name: wide"))
+    assert load_file(tmp_path / "wide.yaml").policy.to_program().rules[0].params["hold_back"] == 21
+
+
+def test_the_pooled_value_is_the_window_maximum_of_the_tokens_scored_so_far(tmp_path):
+    _, analyzers, program = _plan(tmp_path)
+    probes = DecodeRules(analyzers).start([program])
+    rng = random.Random(3)
+    scores = [rng.uniform(-2, 0.4) for _ in range(40)]
+    assert _score(probes, scores) == [None] * 40  # never above 1.0 - 0.5 of bias
+    kept = probes.record["scores"]["drift.drift"]
+    assert kept == pytest.approx([s + 0.5 for s in scores], abs=1e-6)
+    best, start = probes.signals["drift.drift"].value()
+    assert best == pytest.approx(window_max(torch.tensor(kept, dtype=torch.float64), 4), abs=1e-12)
+    means = [sum(kept[i:i + 4]) / 4 for i in range(len(kept) - 3)]
+    assert start == means.index(max(means))
+
+
+def test_a_stop_cuts_at_the_first_token_of_the_window_that_fired(tmp_path):
+    _, analyzers, program = _plan(tmp_path)
+    probes = DecodeRules(analyzers).start([program])
+    scores = [0.0] * 10 + [2.0, 2.0, 2.0] + [0.0] * 5  # with bias 0.5: the window 9..12 is the first above 1.0
+    stops = _score(probes, scores)
+    k = next(i for i, s in enumerate(stops) if s is not None)
+    assert k == 11 and stops[k] == {"token": 8, "policy": "drift", "rule": "stop-drift", "message": "stopped at 1.5"}
+    assert probes.stopped and stops[k + 1:] == [None] * (len(scores) - k - 1)
+    (event,) = probes.record["events"]
+    assert (event["token_index"], event["scored_tokens"], event["action"], event["applied"]) == (8, 12, "stop", True)
+
+
+def test_no_rule_runs_before_a_whole_window_is_scored(tmp_path):
+    _, analyzers, program = _plan(tmp_path)
+    probes = DecodeRules(analyzers).start([program])
+    assert _score(probes, [9.0, 9.0, 9.0]) == [None] * 3  # far above the threshold, but only 3 of 4 tokens
+    assert _score(probes, [9.0], start=3)[0]["token"] == 0
+
+
+def test_a_recomputed_token_is_pooled_once(tmp_path):
+    _, analyzers, program = _plan(tmp_path)
+    probes = DecodeRules(analyzers).start([program])
+    _score(probes, [0.1] * 6)
+    probes.begin(0, 6)  # a preempted request recomputes its generated tokens
+    probes.add("drift.drift", 0, torch.full((6,), 0.1))
+    assert probes.evaluate() is None and len(probes.record["scores"]["drift.drift"]) == 6
+
+
+@pytest.mark.parametrize("on_error, stops", [("fail-closed", True), ("fail-open", False)])
+def test_a_scoring_failure_follows_the_policy_error_mode(tmp_path, on_error, stops):
+    _, analyzers, program = _plan(tmp_path, on_error=on_error)
+    probes = DecodeRules(analyzers).start([program])
+    probes.error = "hook generated.2 failed"
+    probes.begin(0, 1)
+    stop = probes.evaluate()
+    assert (stop is not None) == stops
+    (event,) = probes.record["events"]
+    assert "hook generated.2 failed" in event["error"]
+
+
+def test_policies_without_decode_rules_start_no_probes(tmp_path):
+    _, analyzers, program = _plan(tmp_path)
+    other = SimpleNamespace(name="other", rules=())
+    assert DecodeRules(analyzers).start([other]) is None
+
+
+@dataclass
+class _Completion:  # the fields of vLLM's CompletionOutput that the watch reads and cuts
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list | None
+    finish_reason: str | None
+    cumulative_logprob: float | None = None
+    stop_reason: str | None = None
+
+
+def _output(index: int, tokens: int, finished: bool):
+    return SimpleNamespace(outputs=[_Completion(index=index, text="x" * tokens, token_ids=list(range(tokens)),
+                                                logprobs=None, finish_reason="length" if finished else None)])
+
+
+def _watch(tmp_path, n: int = 1, **kw) -> RequestWatch:
+    plan, _, program = _plan(tmp_path, **kw)
+    return RequestWatch(OutputRules(plan), [program], n)
+
+
+def test_the_engine_cuts_where_the_worker_stopped_at_a_step_it_read(tmp_path):
+    watch = _watch(tmp_path)
+    for tokens in (1, 2, 3, 5, 6):  # the step to token 4 came with the next one
+        assert watch.update(_output(0, tokens, False)) is False
+    end = _output(0, 7, True)
+    assert watch.ending(end) == [0]
+    watch.take_decode(end, {"req-1": {"events": [{"policy": "drift", "rule": "stop-drift", "token_index": 4}],
+                                      "stop": {"token": 4, "policy": "drift", "rule": "stop-drift", "message": "m"},
+                                      "scores": {"drift.drift": [0.1] * 6}}})
+    assert watch.update(end) is True
+    (completion,) = watch.outputs()
+    assert completion.token_ids == [0, 1, 2] and completion.finish_reason == "content_filter"  # the step before 4
+    assert [e["token_index"] for e in watch.events()] == [4]
+
+
+def test_each_child_of_n_gets_its_own_record_even_before_its_end(tmp_path):
+    watch = _watch(tmp_path, n=2)
+    stop = {"token": 2, "policy": "drift", "rule": "stop-drift", "message": None}
+    for tokens in (1, 2, 3):
+        watch.update(SimpleNamespace(outputs=[*_output(0, tokens, False).outputs, *_output(1, tokens, False).outputs]))
+    both = SimpleNamespace(outputs=[*_output(0, 4, True).outputs, *_output(1, 4, False).outputs])
+    watch.take_decode(both, {"0_req-a": {"events": [], "stop": stop, "scores": {}},
+                             "1_req-a": {"events": [], "stop": None, "scores": {}}})
+    watch.take_decode(both, {"1_req-a": {"events": [], "stop": {**stop, "token": 1}, "scores": {}}})
+    watch.update(both)
+    # Child 1's stop applies at once, though vLLM has not ended it yet: nothing past its cut is released.
+    assert [(c.index, len(c.token_ids)) for c, _, _ in watch.released()] == [(0, 2), (1, 1)]
+
+
+def test_no_record_for_a_scored_completion_follows_the_error_mode_logged_once(tmp_path, caplog):
+    before = output_watch.UNEVALUATED["completions"]
+    for on_error, cut in (("fail-closed", 0), ("fail-open", None)):
+        watch = _watch(tmp_path, on_error=on_error)
+        watch.update(_output(0, 3, False))
+        end = _output(0, 4, True)
+        with caplog.at_level(logging.ERROR, logger="innerguard"):
+            watch.take_decode(end, {})
+        watch.update(end)
+        (completion,) = watch.outputs()
+        assert (len(completion.token_ids) if completion.finish_reason == "content_filter" else None) == cut
+        (event,) = watch.events()
+        assert "no record of its decode rules" in event["error"]
+    assert output_watch.UNEVALUATED["completions"] == before + 2
+    assert sum("no record of its decode rules" in r.message for r in caplog.records) <= 1
