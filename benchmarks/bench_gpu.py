@@ -35,6 +35,9 @@ Modes:
   guarded-output    GuardedLLM's default, its requests selecting only an output rule: a text
                     signal on the generated text, read after every step, that never matches
                     (issue 35: the cost of watching what the model writes)
+  guarded-decode    GuardedLLM's default, its requests selecting only a decode rule: a token
+                    probe on the generated tokens (every fourth layer, window 16, random
+                    weights) read by a stop rule after every token; never fires (issue 35)
 
 Made for an H200 with the offline vLLM 0.24 kit (``../shared/gpukit``) and an
 innerguard wheel installed; the model is random, so the figures are about
@@ -70,8 +73,9 @@ REQUESTS = int(os.environ.get("BENCH_REQUESTS", "256"))
 OUTPUT_TOKENS, DOC_WORDS = 128, 430
 PROBE_LAYERS = list(range(3, LAYERS, 4))
 MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded",
-         "guarded-probe", "guarded-output")
-POLICIES_OF = {"guarded-unguarded": [], "guarded-probe": ["probe"], "guarded-output": ["output"]}  # default: ["injection", "steer"]
+         "guarded-probe", "guarded-output", "guarded-decode")
+POLICIES_OF = {"guarded-unguarded": [], "guarded-probe": ["probe"], "guarded-output": ["output"],
+               "guarded-decode": ["decode"]}  # default: ["injection", "steer"]
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
          "they you were her all she there would their we him been has when who will more no if out so said what up "
          "its about into than them can only other new some could time these two may then do first any my now").split()
@@ -124,6 +128,17 @@ rules:
   - {{id: flag-injected, when: injected > 1000, action: flag}}
 """),
     "output.yaml": _policy("output", "an output rule read after every step; never matches", OUTPUT_RULE, spans=False),
+    "decode.yaml": _policy("decode", "a token probe on every generated token, read by a stop rule; never fires", f"""\
+signals:
+  drifting:
+    analyzer: token_probe
+    layers: {json.dumps(PROBE_LAYERS)}
+    span: generated
+    window: 16
+    weights: {{artifact: artifacts/probe.safetensors}}
+rules:
+  - {{id: stop-drifting, when: drifting > 1000, action: stop}}
+""", spans=False),
 }
 
 

@@ -3,11 +3,14 @@ exactly two engines in a run, side by side.
 
     .venv/bin/python benchmarks/bench_output_rules.py [--requests 16] [--max-tokens 96] [--rounds 6] [--json out.json]
 
-One run measures two pairs, each with its own guarded engine:
+One run measures up to three pairs (--pairs), each with its own guarded engine:
   control   plain vLLM vs a guarded engine whose one policy selects no request
             (it must read 98-100 % of plain, or the setup is biased)
   output    plain vLLM vs a guarded engine whose output rule (a text signal on
             the generated text, never matched) reads every step of every request
+  decode    plain vLLM vs a guarded engine whose decode rule (a token probe on the
+            generated tokens, the shipped injection probe's 9 layers, window 16, read
+            by a stop rule that never fires) scores every generated token in the worker
 Both engines run in vLLM's default mode, greedy, ``ignore_eos`` (every request
 writes --max-tokens tokens). Rounds alternate which engine goes first; every
 round sends prompts neither engine has seen (no prefix-cache help). A stop in
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shutil
 import sys
 import tempfile
 import time
@@ -44,6 +48,25 @@ kind: Policy
 metadata: {{name: bench-output, version: 1.0.0, owner: benchmarks}}
 {selector}
 """ + OUTPUT_RULE.replace("{", "{{").replace("}", "}}")
+
+# A decode rule: the worker scores every generated token; the threshold is out of reach.
+DECODE_POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {name: bench-decode, version: 1.0.0, owner: benchmarks}
+signals:
+  drifting:
+    analyzer: token_probe
+    layers: [3, 6, 9, 12, 15, 18, 21, 24, 27]
+    span: generated
+    window: 16
+    weights: {artifact: artifacts/smollm2-135m-instruct.injection-token-probe.safetensors}
+rules:
+  - id: stop-drifting
+    when: drifting > 1000
+    action: stop
+"""
+SHIPPED = Path(__file__).resolve().parents[1] / "policies"
 
 TOPICS = ("a lighthouse keeper", "a bakery at dawn", "a lost umbrella", "a train through the mountains",
           "a chess club", "a garden in winter", "a river town", "an old radio")
@@ -83,11 +106,23 @@ def _pair(name: str, first_round: int, plain, guarded, params, args) -> dict:
     return {"pair": name, "ratio": mean, "rounds": ratios, "stopped_or_blocked": stops}
 
 
+def policy_folder(folder: Path, pair: str) -> None:
+    if pair == "decode":
+        (folder / "artifacts").mkdir()
+        artifact = "smollm2-135m-instruct.injection-token-probe.safetensors"
+        shutil.copy(SHIPPED / "artifacts" / artifact, folder / "artifacts" / artifact)
+        (folder / "bench-decode.yaml").write_text(DECODE_POLICY)
+    else:
+        selector = "applies_to: {tags: [never-sent]}" if pair == "control" else ""
+        (folder / "bench-output.yaml").write_text(POLICY.format(selector=selector))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=16, help="requests per round and engine")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens each request generates")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per pair (order alternates)")
+    parser.add_argument("--pairs", nargs="+", default=["control", "output"], choices=["control", "output", "decode"])
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 
@@ -101,9 +136,9 @@ def main() -> int:
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True)
     plain = start_llm(**engine_kwargs(str(model_dir), eager=False))
     results = []
-    for index, (name, selector) in enumerate((("control", "applies_to: {tags: [never-sent]}"), ("output", ""))):
+    for index, name in enumerate(args.pairs):
         with tempfile.TemporaryDirectory() as folder:
-            (Path(folder) / "bench-output.yaml").write_text(POLICY.format(selector=selector))
+            policy_folder(Path(folder), name)
             guarded = GuardedLLM(model_dir, folder)
             try:
                 results.append(_pair(name, 100 * index, plain, guarded, params, args))

@@ -13,8 +13,11 @@ so that machine noise spreads evenly over them:
                   pattern on the generated text, never written, action stop):
                   streams hold back their newest 8 tokens until the rule has
                   read past them (issue 35)
+  guarded-decode  innerguard serve with one decode rule on every request (a token probe
+                  on the generated tokens, scored in the worker, read by a stop rule
+                  that never fires): streams hold back 17 tokens (window 16 + 1)
   guarded-control innerguard serve with one policy that selects no request: the
-                  control for guarded-output (it must read 98-100 % of plain)
+                  control for guarded-output and guarded-decode (it must read 98-100 % of plain)
 With --shadow (what the figures in benchmarks/README.md use) the guarded servers run a copy
 of the policies switched to shadow mode: every analysis runs and is decided
 and audited, but nothing is blocked, so every server generates the same
@@ -52,7 +55,7 @@ import httpx
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_output_rules import POLICY as OUTPUT_POLICY  # noqa: E402  (one output-rule policy for both benchmarks)
+from bench_output_rules import policy_folder  # noqa: E402  (the same policies as the offline benchmark)
 
 MODEL = "smollm2-135m-instruct"
 INSTRUCTION = "Summarise the document in two sentences."
@@ -201,10 +204,10 @@ def main() -> int:
                           args.policies, *engine, "--watch-interval", "0",
                           "--audit-log", str(work / "audit")],
     }
-    for name, selector in (("guarded-output", ""), ("guarded-control", "applies_to: {tags: [never-sent]}")):
+    for name, pair in (("guarded-output", "output"), ("guarded-decode", "decode"), ("guarded-control", "control")):
         folder = work / name
         folder.mkdir()
-        (folder / "bench-output.yaml").write_text(OUTPUT_POLICY.format(selector=selector))
+        policy_folder(folder, pair)
         commands[name] = [str(bin_dir / "innerguard"), "serve", "--model", model_dir, "--policies", str(folder),
                           *engine, "--watch-interval", "0"]
     servers = [Server(name, commands[name], work / f"{name}.log") for name in args.servers]

@@ -44,8 +44,8 @@ def test_model_runner_v2_sees_a_non_uniform_batch_when_points_are_needed():
     assert [c[0] for c in dispatch.calls] == [(4, 4, None), (4, 4, 1)]
 
 
-def _state(decided=True, steers=()):
-    return SimpleNamespace(decided=decided, steers=list(steers), steady=None)
+def _state(decided=True, steers=(), decode=None):
+    return SimpleNamespace(decided=decided, steers=list(steers), steady=None, decode=decode)
 
 
 def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_graph():
@@ -55,10 +55,12 @@ def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_gr
     project = ActiveSteer(SimpleNamespace(method="project"), "p")
     lifecycle.states = {"plain": None, "decoding": _state(steers=[add]), "deciding": _state(decided=False),
                         "projecting": _state(steers=[project]),
+                        "scoring": _state(decode=object()),
                         "steady": SimpleNamespace(decided=True, steers=[add], steady=((3, 1),))}
     assert not lifecycle._needs_points({"plain", "decoding", "steady"})
     assert lifecycle._needs_points({"decoding", "deciding"})  # its prompt is being captured
     assert lifecycle._needs_points({"decoding", "projecting"})  # a project steer reads the stream in Python
+    assert lifecycle._needs_points({"decoding", "scoring"})  # a decode probe scores its generated tokens in Python
     assert lifecycle._needs_points({"decoding", "never-seen"})  # new: its prompt may need capture
     lifecycle.plans.current = None
     assert not lifecycle._needs_points({"never-seen"})  # nothing installed, nothing to run
