@@ -91,6 +91,23 @@ def _policy(name: str, description: str, body: str, spans: bool = True) -> str:
     return head + body
 
 
+def _token_probe(span: str, action: str) -> str:
+    """A token probe on every fourth layer (random weights) and a rule on it
+    whose threshold is out of reach: it never fires, so the engine pays for
+    the probe and generates every token."""
+    return f"""\
+signals:
+  scored:
+    analyzer: token_probe
+    layers: {json.dumps(PROBE_LAYERS)}
+    span: {span}
+    window: 16
+    weights: {{artifact: artifacts/probe.safetensors}}
+rules:
+  - {{id: {action}-scored, when: scored > 1000, action: {action}}}
+"""
+
+
 POLICIES = {
     "injection.yaml": _policy("injection", "attention-tracker focus on 48 heads; flags only", f"""\
 signals:
@@ -116,29 +133,11 @@ rules:
 """, spans=False),
     # The threshold is out of reach of a random probe: the rule never fires,
     # so the engine pays for the probe and generates every token.
-    "probe.yaml": _policy("probe", "token probe on every fourth layer; flags only", f"""\
-signals:
-  injected:
-    analyzer: token_probe
-    layers: {json.dumps(PROBE_LAYERS)}
-    span: untrusted
-    window: 16
-    weights: {{artifact: artifacts/probe.safetensors}}
-rules:
-  - {{id: flag-injected, when: injected > 1000, action: flag}}
-"""),
+    "probe.yaml": _policy("probe", "token probe on every fourth layer; flags only",
+                          _token_probe(span="untrusted", action="flag")),
     "output.yaml": _policy("output", "an output rule read after every step; never matches", OUTPUT_RULE, spans=False),
-    "decode.yaml": _policy("decode", "a token probe on every generated token, read by a stop rule; never fires", f"""\
-signals:
-  drifting:
-    analyzer: token_probe
-    layers: {json.dumps(PROBE_LAYERS)}
-    span: generated
-    window: 16
-    weights: {{artifact: artifacts/probe.safetensors}}
-rules:
-  - {{id: stop-drifting, when: drifting > 1000, action: stop}}
-""", spans=False),
+    "decode.yaml": _policy("decode", "a token probe on every generated token, read by a stop rule; never fires",
+                           _token_probe(span="generated", action="stop"), spans=False),
 }
 
 
@@ -247,7 +246,8 @@ def engine(mode: str, work: Path):
                 "errors": len(errors), "first_error": errors[0] if errors else None, "actions": actions,
                 "blocked": sum(o.blocked for o in outs), "stopped": sum(o.action == "stop" for o in outs),
                 "decided_with_focus": sum(f is not None for f in focus.values()),
-                "decided_with_probe": sum(o.signals.get("probe.injected") is not None for o in outs), "focus": focus}
+                "decided_with_probe": sum(o.signals.get("probe.scored") is not None for o in outs),
+                "decode_scored": sum(bool(o.decode_scores) for o in outs), "focus": focus}
 
         config = g.llm.llm_engine.vllm_config
         result["kv_read_back"] = {k: g.install_info.get(k) for k in ("reads_kv_cache", "kv_canary_cached_tokens")}
