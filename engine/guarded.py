@@ -58,6 +58,7 @@ class GuardedOutput:
     # Per completion, the worker's score of each generated token (all but the
     # last), per decode signal: what the decode rules read.
     decode_scores: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    decode_values: dict[int, dict[str, float]] = field(default_factory=dict)  # each decode signal's value at the end
     output: Any = None  # vLLM's RequestOutput, when the request ran
 
     @property
@@ -106,7 +107,7 @@ class GuardedLLM:
         self.model_name = str(model)
         self._verdicts: dict[str, dict[str, Any]] = {}  # taken from the worker, not yet returned
         self._output_decisions: dict[int, list[dict[str, Any]]] = {}  # by id(prepared), not yet returned
-        self._decode_scores: dict[int, dict[int, dict[str, list[float]]]] = {}  # likewise
+        self._decode_scores: dict[int, tuple[dict, dict]] = {}  # likewise: (scores, values)
         self.plan: Plan | None = None
         self.install_info: dict[str, Any] = {}  # the workers' answer to the last install (runner, hook points, KV read-back)
         self.install(plan)
@@ -254,7 +255,7 @@ class GuardedLLM:
                     out.outputs = watch.outputs()
                     self._output_decisions[id(by_id[out.request_id])] = watch.events()
                     if watch.decodes:
-                        self._decode_scores[id(by_id[out.request_id])] = watch.scores()
+                        self._decode_scores[id(by_id[out.request_id])] = (watch.scores(), watch.values())
                 elif not out.finished:
                     continue
                 if out.request_id in after:
@@ -316,7 +317,7 @@ class GuardedLLM:
             result = explain(prepared, self._verdicts.pop(prepared.key, None) or undecided(prepared))
         blocked = bool(result.get("blocked"))
         output_decisions = self._output_decisions.pop(id(prepared), [])
-        decode_scores = self._decode_scores.pop(id(prepared), {})
+        decode_scores, decode_values = self._decode_scores.pop(id(prepared), ({}, {}))
         if blocked:
             refuse(out, result.get("message"), keep_logprobs=False)
             output_decisions = []  # nothing was generated to decide on
@@ -341,6 +342,7 @@ class GuardedLLM:
             documents=dict(result.get("details") or {}),
             output_decisions=output_decisions,
             decode_scores=decode_scores,
+            decode_values=decode_values,
             output=out,
         )
 

@@ -146,6 +146,7 @@ class OutputWatch:
         self.events: list[dict[str, Any]] = []
         self.stop: OutputStop | None = None
         self.scores: dict[str, list[float]] = {}  # the worker's score of each generated token, per decode signal
+        self.values: dict[str, float] = {}  # each decode signal's last value (its window maximum)
 
     @property
     def decodes(self) -> bool:
@@ -165,6 +166,7 @@ class OutputWatch:
                 return self.stop
             record = self._unevaluated("the worker returned no record of its decode rules for this completion")
         self.scores = {s: list(v) for s, v in (record.get("scores") or {}).items()}
+        self.values = dict(record.get("values") or {})
         for event in record.get("events") or ():
             if (event.get("policy"), event.get("rule")) not in self._reported:
                 self._reported.add((event.get("policy"), event.get("rule")))
@@ -335,6 +337,10 @@ class RequestWatch:
     def scores(self) -> dict[int, dict[str, list[float]]]:
         """Per completion, the worker's score of each generated token, per decode signal."""
         return {i: w.scores for i, w in sorted(self.watches.items()) if w.scores}
+
+    def values(self) -> dict[int, dict[str, float]]:
+        """Per completion, each decode signal's value when it ended."""
+        return {i: w.values for i, w in sorted(self.watches.items()) if w.values}
 
     def outputs(self) -> list[Any]:
         return [self.latest[i] for i in sorted(self.latest)]

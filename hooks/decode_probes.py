@@ -83,11 +83,12 @@ class DecodeProbes:
     events: list[dict[str, Any]] = field(default_factory=list)
     reported: set[tuple[str, str | None]] = field(default_factory=set)
     # What the engine takes (RPC_TAKE_DECODE): the events so far, the stop,
-    # every scored token's score per signal. Live: the lists grow in place.
+    # every scored token's score and each signal's value so far (once a
+    # whole window is scored). Live: the lists grow in place.
     record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.record.update(events=self.events, stop=None, scores={s: p.scores for s, p in self.signals.items()})
+        self.record.update(events=self.events, stop=None, scores={s: p.scores for s, p in self.signals.items()}, values={})
 
     def begin(self, first: int, count: int) -> None:
         """This step computes generated tokens ``[first, first + count)``:
@@ -135,6 +136,7 @@ class DecodeProbes:
             pooled.add(sums[first:end].tolist())
             values[signal], starts[signal] = pooled.value()
         self.scored = end
+        self.record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
         if self.error is None and not all(p.ready for p in self.signals.values()):
             return None
         verdict = self.evaluator.evaluate(values)

@@ -192,8 +192,8 @@ class Lifecycle:
         if state.decided and not (state.blocked or state.late_error):
             self._steer(state, span)  # decoding: at most its steers to place
             state.steady = self._steady(state, span)
-            if state.decode is not None:
-                state.runtime.rows.append(self._generated_rows(state, span))
+            if state.decode is not None:  # its generated tokens, for its decode probes
+                state.runtime.rows.append(Rows(state, span, **_generated(state, span, span.end)))
             if (span.first_position < state.num_prompt_tokens and state.token_probes and not state.steers
                     and self.prefix.reads_token_scores()):
                 # Preempted after its decision, it recomputes its prompt, and
@@ -208,18 +208,6 @@ class Lifecycle:
             state.fail(f"{type(exc).__name__}: {exc}")
             rows = Rows(state, span, last_row=None if state.decided else span.end - 1)
         state.runtime.rows.append(rows)
-
-    @staticmethod
-    def _generated_rows(state: RequestState, span: RowSpan) -> Rows:
-        """The rows of ``state``'s generated tokens in this step, for its decode
-        probes (none once it stopped: its row is still forced to end)."""
-        decode = state.decode
-        first_row = span.start + max(state.num_prompt_tokens - span.first_position, 0)
-        if decode.stopped or first_row >= span.end:
-            return Rows(state, span)
-        first = span.first_position + (first_row - span.start) - state.num_prompt_tokens
-        decode.begin(first, span.end - first_row)
-        return Rows(state, span, generated_rows=(first_row, span.end), generated_first=first)
 
     @staticmethod
     def _steady(state: RequestState, span: RowSpan) -> tuple[tuple[int, int], ...] | None:
@@ -301,7 +289,10 @@ class Lifecycle:
                 query_rows = (span.start + lo - p, span.start + hi - p)
         self._steer(state, span)
         final = count > 0 and prompt_end == total
-        return Rows(state, span, (span.start, span.start + count), span.start + count - 1 if final else None, query_rows)
+        # A teacher-forced completion is part of the prompt: its rows are scored as generated.
+        forced = _generated(state, span, span.start + count) if state.decode is not None else {}
+        return Rows(state, span, (span.start, span.start + count), span.start + count - 1 if final else None, query_rows,
+                    **forced)
 
     def _steer(self, state: RequestState, span: RowSpan) -> None:
         """The rows of this step each of ``state``'s steers moves."""
@@ -363,6 +354,19 @@ class Lifecycle:
             ],
             "rss_bytes": _rss_bytes(),
         }
+
+
+def _generated(state: RequestState, span: RowSpan, end_row: int) -> dict:
+    """The rows of ``span`` up to ``end_row`` that hold generated tokens (from
+    ``state.generated_start``), for its decode probes, which start from zero
+    on them: none once it stopped (its row is still forced to end)."""
+    decode, start = state.decode, state.generated_start
+    first_row = span.start + max(start - span.first_position, 0)
+    if decode.stopped or first_row >= end_row:
+        return {}
+    first = span.first_position + (first_row - span.start) - start
+    decode.begin(first, end_row - first_row)
+    return {"generated_rows": (first_row, end_row), "generated_first": first}
 
 
 def _set_steered_rows(rows: dict[int, list[tuple[np.ndarray, int]]]) -> None:

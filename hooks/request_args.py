@@ -84,6 +84,9 @@ def _check(args: dict[str, Any]) -> dict[str, Any]:
             raise BadArguments(f"text signal {name!r} must be true or false")
     if "rerank" in args:
         _rerank(args["rerank"], required=False)
+    start = args.get("generated_from")
+    if "generated_from" in args and (isinstance(start, bool) or not isinstance(start, int) or start < 1):
+        raise BadArguments("'generated_from' must be a positive integer (the first teacher-forced token)")
     return args
 
 
@@ -96,6 +99,8 @@ def check_positions(args: Mapping[str, Any], num_prompt_tokens: int) -> None:
         for start, end in ranges:
             if end > num_prompt_tokens:
                 raise BadArguments(f"range ({start}, {end}) is outside the prompt of {num_prompt_tokens} tokens")
+    if args.get("generated_from", 0) > num_prompt_tokens:
+        raise BadArguments(f"'generated_from' {args['generated_from']} is outside the prompt of {num_prompt_tokens} tokens")
 
 
 def _no_constants(name: str):

@@ -58,6 +58,12 @@ class RequestState:
     steady: tuple[tuple[int, int], ...] | None = None
 
     @property
+    def generated_start(self) -> int:
+        """The position of the first generated token: the prompt's end, or
+        where a teacher-forced completion starts (``generated_from``)."""
+        return self.args.get("generated_from", self.num_prompt_tokens)
+
+    @property
     def is_calibration(self) -> bool:
         return "calibration_for" in self.args
 

@@ -1,6 +1,8 @@
 """Labelled evaluation rows: JSON lines with ``label`` (1 = the policy should
 act, 0 = it should not) and either ``instruction``/``data`` or ``messages``;
-``style`` (optional) groups rows in the per-style report."""
+``style`` (optional) groups rows in the per-style report; ``completion``
+(optional) a given answer, teacher forced: the decode rules (token probes on
+generated tokens) read its tokens as if the model had written them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,6 +58,10 @@ def _row(line: str, where: str, index: int) -> LabelledRow:
         chars = len(raw["data"])
     else:
         raise DataError(f"{where}: a row needs 'instruction' and 'data' (strings) or 'messages'")
+    if "completion" in raw:  # a given answer, teacher forced: for rules on what the model writes
+        if not isinstance(raw["completion"], str) or not raw["completion"]:
+            raise DataError(f"{where}: 'completion' must be a non-empty string")
+        request["completion"] = raw["completion"]
     request["id"] = str(raw.get("id", index))
     request["max_tokens"] = 1  # only the decision matters
     for key in ("tags", "tenant", "route"):

@@ -22,13 +22,17 @@ def result_of(row: LabelledRow, out: Any, score: Score) -> RowResult:
     signals = dict(out.signals or {})
     if decision:
         signals.update(decision.get("signals") or {})
+    # Decode rules read a teacher-forced completion: their value at its end, and whether one fired.
+    signals.update((getattr(out, "decode_values", None) or {}).get(0, {}))
+    decoded = any(e.get("policy") == score.policy and e.get("rule_action") == score.action
+                  for e in getattr(out, "output_decisions", None) or ())
     error = out.error if out.finish_reason == "error" else None
     return RowResult(
         id=out.id,
         label=row.label,
         style=row.style,
         prompt_tokens=out.prefill_tokens or 0,
-        acted=bool(decision) and (decision.get("rule_action") or decision.get("action")) == score.action,
+        acted=decoded or (bool(decision) and (decision.get("rule_action") or decision.get("action")) == score.action),
         score=score.value(signals),
         signals=signals,
         error=error,

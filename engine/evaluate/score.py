@@ -74,9 +74,12 @@ def choose_score(plan: Plan, requested: str | None = None) -> Score:
     found = [c for r in blocks for c in comparisons(r.condition)]
     if requested:
         names = [n.strip().split(".", 1)[-1] for n in requested.split(",")]
+        # The prompt's signals, and those only output rules read (generated text, decode probes).
+        known = list(dict.fromkeys([s.split(".", 1)[1] for s in policy.signals]
+                                   + [sig for r in policy.rules for sig, _, _ in comparisons(r.condition)]))
         for name in names:
-            if f"{policy.name}.{name}" not in policy.signals:
-                raise ScoreError(f"policy {policy.name!r} has no signal {name!r}; it has {', '.join(s.split('.', 1)[1] for s in policy.signals)}")
+            if name not in known:
+                raise ScoreError(f"policy {policy.name!r} has no signal {name!r}; it has {', '.join(known)}")
     elif found:
         first = [c for c in comparisons(blocks[0].condition)] or found
         up = first[0][1] in (">", ">=")

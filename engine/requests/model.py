@@ -35,6 +35,10 @@ class GuardRequest:
     tenant: str | None = None
     route: str | None = None
     max_tokens: int | None = None
+    # A given answer, teacher forced: its tokens follow the rendered prompt and
+    # the worker's decode probes score them as if the model had written them
+    # (``innerguard eval`` on labelled completions). Batch rows only.
+    completion: str | None = None
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any], default_id: str) -> "GuardRequest":
@@ -65,6 +69,8 @@ class GuardRequest:
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
             raise RequestError("'max_tokens' must be a positive integer")
         policies = row.get("policies")
+        if "completion" in row and not (isinstance(row["completion"], str) and row["completion"]):
+            raise RequestError("'completion' must be a non-empty string")
         return cls(
             id=str(row.get("id", default_id)),
             messages=tuple(messages) if messages is not None else None,
@@ -74,6 +80,7 @@ class GuardRequest:
             tenant=_optional_str(row, "tenant"),
             route=_optional_str(row, "route"),
             max_tokens=max_tokens,
+            completion=row.get("completion"),
         )
 
 

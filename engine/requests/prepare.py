@@ -114,9 +114,13 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing
         pass_ = calibration(rendering.input_ids, rerank, key, args, tokenizer)
     salt, shared = cache_salt(policies, bool(rerank), sharing,
                               frozenset(a.signal for a in plan.analyzers if a.kind == "token_probe"), plan.bundle_hash)
+    token_ids = rendering.input_ids
+    if request.completion is not None:  # teacher forced: the worker scores these as generated tokens
+        args["generated_from"] = len(token_ids)
+        token_ids = (*token_ids, *tokenizer.encode(request.completion, add_special_tokens=False))
     return PreparedRequest(
         request=request,
-        prompt_token_ids=rendering.input_ids,
+        prompt_token_ids=token_ids,
         policies=policies,
         cache_salt=salt,
         shared_salt=shared,

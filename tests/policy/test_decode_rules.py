@@ -198,3 +198,15 @@ def test_no_record_for_a_scored_completion_follows_the_error_mode_logged_once(tm
         assert "no record of its decode rules" in event["error"]
     assert output_watch.UNEVALUATED["completions"] == before + 2
     assert sum("no record of its decode rules" in r.message for r in caplog.records) <= 1
+
+
+def test_a_teacher_forced_start_must_be_a_position_inside_the_prompt():
+    from innerguard.hooks.request_args import BadArguments, check_args, check_positions
+
+    args = {"id": "k", "policies": ["p"], "spans": {"p": {}}, "text_signals": {}}
+    for bad in (0, -3, True, "5", 1.5):
+        with pytest.raises(BadArguments, match="generated_from"):
+            check_args({**args, "generated_from": bad})
+    check_positions(check_args({**args, "generated_from": 9}), 9)
+    with pytest.raises(BadArguments, match="outside the prompt"):
+        check_positions({**args, "generated_from": 10}, 9)

@@ -265,3 +265,41 @@ def test_a_decode_stop_returns_nothing_from_the_window_that_fired(decoded, watch
     assert shadow.token_ids == free.token_ids and shadow.finish_reason == "length"
     (event,) = shadow.output_decisions
     assert (event["rule_action"], event["applied"], event["token_index"]) == ("stop", False, cut)
+
+
+def test_a_teacher_forced_completion_is_scored_as_if_the_model_wrote_it(decoded, reference):
+    """``completion`` (``innerguard eval`` on labelled answers): the given
+    answer's tokens follow the prompt, and the decode probe scores every one
+    of them as the reference does, teacher forced; ``innerguard eval``'s
+    runner reads the signal's value and whether the rule fired."""
+    from innerguard.engine.evaluate.dataset import _row
+    from innerguard.engine.evaluate.runner import run_rows
+    from innerguard.engine.evaluate.score import choose_score
+
+    llm, folder, free, _, _ = decoded
+    (folder / "decode.yaml").write_text(decode_policy())  # never fires
+    llm.reload(folder)
+    rendered = len(free.output.prompt_token_ids)
+    (forced,) = llm.run([{**DECODED, "completion": free.text, "max_tokens": 1}])
+    full = forced.output.prompt_token_ids
+    assert forced.error is None and full[:rendered] == free.output.prompt_token_ids and len(full) > rendered + DECODE_WINDOW
+    want = reference_decode_scores(reference, folder / "artifacts" / TOKEN_PROBE_ARTIFACT, full[:rendered],
+                                   list(full[rendered:]) + [0])  # every completion token: the reference scores all but the last
+    got = forced.decode_scores[0]["decode.written"]
+    assert len(got) == len(want) == len(full) - rendered
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4
+    value = window_max(torch.tensor(want, dtype=torch.float64), DECODE_WINDOW)
+    assert forced.decode_values[0]["decode.written"] == pytest.approx(value, abs=1e-4)
+
+    # The runner: scores both rows, and a threshold between the two values fires on the higher one only.
+    rows = [_row(json.dumps({"id": "written", "messages": CHAT, "tags": ["decode"], "completion": free.text, "label": 1}), "t", 0),
+            _row(json.dumps({"id": "other", "messages": CHAT, "tags": ["decode"], "label": 0,
+                             "completion": "Okay. " * 12}), "t", 1)]
+    score = choose_score(llm.plan, "decode.written")
+    before = run_rows(llm, rows, score, progress=False)
+    assert before[0].score == pytest.approx(value, abs=1e-4) and not any(r.acted for r in before)
+    assert abs(before[0].score - before[1].score) > 1e-2
+    (folder / "decode.yaml").write_text(decode_policy((before[0].score + before[1].score) / 2))
+    llm.reload(folder)
+    after = run_rows(llm, rows, score, progress=False)
+    assert [r.acted for r in after] == [r.score > (before[0].score + before[1].score) / 2 for r in before] != [True, True]
