@@ -94,6 +94,8 @@ class DecodeProbes:
         """This step computes generated tokens ``[first, first + count)``:
         their sums start from zero (a recompute after preemption rescores)."""
         end = first + count
+        if first > self.scored and self.error is None:  # e.g. served from the prefix cache: never guess a score
+            self.error = f"generated tokens {self.scored}..{first} were never computed by this request"
         for signal, sums in list(self.sums.items()):
             if sums.numel() < end:
                 grown = sums.new_zeros(end + GROW)

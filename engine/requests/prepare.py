@@ -118,6 +118,8 @@ def _prepare(plan: Plan, request: GuardRequest, tokenizer, sharing: CacheSharing
     if request.completion is not None:  # teacher forced: the worker scores these as generated tokens
         args["generated_from"] = len(token_ids)
         token_ids = (*token_ids, *tokenizer.encode(request.completion, add_special_tokens=False))
+        # Scores exist only for tokens this request computes: a salt of its own keeps the prefix cache out.
+        salt, shared = f"innerguard-{uuid.uuid4().hex}", False
     return PreparedRequest(
         request=request,
         prompt_token_ids=token_ids,

@@ -210,3 +210,14 @@ def test_a_teacher_forced_start_must_be_a_position_inside_the_prompt():
     check_positions(check_args({**args, "generated_from": 9}), 9)
     with pytest.raises(BadArguments, match="outside the prompt"):
         check_positions({**args, "generated_from": 10}, 9)
+
+
+def test_tokens_this_request_never_computed_follow_the_error_mode(tmp_path):
+    """A teacher-forced answer partly served from the prefix cache would leave
+    a gap in the scores: the rules treat it as a failed signal (fail-closed:
+    stop), never as a score of zero."""
+    _, analyzers, program = _plan(tmp_path)
+    probes = DecodeRules(analyzers).start([program])
+    _score(probes, [0.0] * 2)
+    stop = _score(probes, [0.0], start=5)[0]  # tokens 2..4 were never computed here
+    assert stop is not None and "never computed" in probes.record["events"][0]["error"]
