@@ -11,6 +11,9 @@ One run measures up to three pairs (--pairs), each with its own guarded engine:
   decode    plain vLLM vs a guarded engine whose decode rule (a token probe on the
             generated tokens, the shipped injection probe's 9 layers, window 16, read
             by a stop rule that never fires) scores every generated token in the worker
+  focus     plain vLLM vs a guarded engine whose decode rule reads an attention tracker
+            on the generated tokens (the shipped injection heads: 54 heads at 21 layers,
+            toward the system prompt, window 8, a stop rule that never fires)
 Both engines run in vLLM's default mode, greedy, ``ignore_eos`` (every request
 writes --max-tokens tokens). Rounds alternate which engine goes first; every
 round sends prompts neither engine has seen (no prefix-cache help). A stop in
@@ -66,6 +69,26 @@ rules:
     when: drifting > 1000
     action: stop
 """
+# A decode rule on attention: each generated token's share toward the system prompt.
+FOCUS_POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {name: bench-focus, version: 1.0.0, owner: benchmarks}
+spans:
+  trusted: {roles: [system]}
+  untrusted: {roles: [user]}
+signals:
+  reading:
+    analyzer: attention_tracker
+    span: generated
+    toward: trusted
+    window: 8
+    heads: {artifact: artifacts/smollm2-135m-instruct.injection-heads.safetensors}
+rules:
+  - id: stop-reading
+    when: reading >= 1.0
+    action: stop
+"""
 SHIPPED = Path(__file__).resolve().parents[1] / "policies"
 
 TOPICS = ("a lighthouse keeper", "a bakery at dawn", "a lost umbrella", "a train through the mountains",
@@ -107,11 +130,12 @@ def _pair(name: str, first_round: int, plain, guarded, params, args) -> dict:
 
 
 def policy_folder(folder: Path, pair: str) -> None:
-    if pair == "decode":
+    if pair in ("decode", "focus"):
         (folder / "artifacts").mkdir()
-        artifact = "smollm2-135m-instruct.injection-token-probe.safetensors"
+        kind = "token-probe" if pair == "decode" else "heads"
+        artifact = f"smollm2-135m-instruct.injection-{kind}.safetensors"
         shutil.copy(SHIPPED / "artifacts" / artifact, folder / "artifacts" / artifact)
-        (folder / "bench-decode.yaml").write_text(DECODE_POLICY)
+        (folder / f"bench-{pair}.yaml").write_text(DECODE_POLICY if pair == "decode" else FOCUS_POLICY)
     else:
         selector = "applies_to: {tags: [never-sent]}" if pair == "control" else ""
         (folder / "bench-output.yaml").write_text(POLICY.format(selector=selector))
@@ -122,7 +146,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=16, help="requests per round and engine")
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens each request generates")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per pair (order alternates)")
-    parser.add_argument("--pairs", nargs="+", default=["control", "output"], choices=["control", "output", "decode"])
+    parser.add_argument("--pairs", nargs="+", default=["control", "output"], choices=["control", "output", "decode", "focus"])
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
 

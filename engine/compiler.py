@@ -114,7 +114,8 @@ def build_plan(policy_set, geometry: ModelGeometry) -> tuple[Plan, list[Need]]:
                     qk_heads[layer].add(head)
                     if signal.analyzer == "reranker":
                         query_all.add(layer)
-                which = "Q of the query tokens" if signal.analyzer == "reranker" else "Q of the last prompt token"
+                which = ("Q of the query tokens" if signal.analyzer == "reranker" else "Q of each generated token"
+                         if getattr(signal, "span", None) == "generated" else "Q of the last prompt token")
                 needs.append(Need(
                     f"{which} and K of all prompt tokens, {len(heads)} heads at layers {_ranges(params['qk_layers'])}",
                     f"signal {qualified} ({signal.analyzer})",

@@ -216,6 +216,9 @@ class GuardedLLM:
 
                 params.output_kind = RequestOutputKind.CUMULATIVE
                 watched[request_id] = RequestWatch(self.output_rules, p.policies, params.n, p.repeat_sources)
+                if p.request.completion is not None:  # teacher forced: the text rules read the answer first
+                    forced = p.prompt_token_ids[p.args["generated_from"]:]
+                    watched[request_id].read_forced([self.tokenizer.decode(forced[:i]) for i in range(1, len(forced) + 1)])
             engine.add_request(request_id, _engine_prompt(p.prompt_token_ids, p.cache_salt), params)
             by_id[request_id] = p
             if p.key:

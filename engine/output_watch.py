@@ -61,8 +61,7 @@ class OutputRules:
         # ``repeats`` signals: their matcher needs the request's prompt (repeats()).
         self._run_lengths = {spec.signal: spec.params["words"] for spec in generated if spec.params.get("repeats")}
         self._compiled_for: dict[tuple[str, ...], _Compiled | None] = {}
-        self._scores_tokens = any(spec.kind == "token_probe" and spec.params.get("span") == "generated"
-                                  for spec in plan.analyzers)
+        self._scores_tokens = any(spec.on_generated_tokens for spec in plan.analyzers)
 
     def __bool__(self) -> bool:
         """Whether the plan reads anything the model writes."""
@@ -287,6 +286,22 @@ class RequestWatch:
         self._cut: set[int] = set()  # completions whose cut is in latest
         self.decodes = rules.decodes(policies)
         self._records: dict[int, Any] = {}  # completion index -> the newest decode record taken
+        self._forced: tuple[str, int] = ("", 0)  # a teacher-forced answer's text and tokens (read_forced)
+
+    def read_forced(self, prefixes: Sequence[str]) -> None:
+        """A teacher-forced answer (``innerguard eval``'s rows with a
+        ``completion``; ``prefixes[i]``: the text of its first i + 1 tokens):
+        the text rules read it token by token as if the model had written
+        it, before what the model writes after it. Token indices of what
+        they find count from the answer's first token, as the worker's
+        decode records do; a stop in it returns nothing generated."""
+        if self.n != 1:
+            raise ValueError("a teacher-forced answer is read for one completion (n = 1)")
+        watch = self._watch(0)
+        for count, text in enumerate(prefixes, 1):
+            if watch.feed(text, count) is not None:
+                break
+        self._forced = (prefixes[-1] if prefixes else "", len(prefixes))
 
     def ending(self, request_output) -> list[int]:
         """The completions this output ends whose decode record must be
@@ -320,8 +335,13 @@ class RequestWatch:
             if index in self._cut:
                 continue  # what came after the cut is never returned
             watch = self._watch(index)
+            forced_text, forced_tokens = self._forced
             # A stop the worker decided is known before this output is read.
-            stop = watch.stop or watch.feed(completion.text, len(completion.token_ids), completion.finish_reason is not None)
+            stop = watch.stop or watch.feed(forced_text + completion.text, forced_tokens + len(completion.token_ids),
+                                            completion.finish_reason is not None)
+            if stop is not None and forced_tokens:  # the output holds what follows the forced answer
+                stop = dataclasses.replace(stop, token=max(0, stop.token - forced_tokens),
+                                           char=max(0, stop.char - len(forced_text)))
             self.latest[index] = cut(completion, stop) if stop is not None else completion
             if stop is not None:
                 self._cut.add(index)

@@ -105,6 +105,12 @@ class AnalyzerSpec:
     kind: AnalyzerKind
     params: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def on_generated_tokens(self) -> bool:
+        """Computed in the worker on each token the model writes (a token
+        probe or an attention tracker with ``span: generated``)."""
+        return self.kind in ("token_probe", "attention_tracker") and self.params.get("span") == "generated"
+
 
 @dataclass(frozen=True)
 class RuleProgram:

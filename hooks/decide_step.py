@@ -19,6 +19,7 @@ import torch
 
 from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.contract import WorkerResult
+from innerguard.hooks.calibration import geometry_of
 from innerguard.hooks.signals import read_signals
 from innerguard.hooks.tensor_parallel import combine
 
@@ -245,6 +246,11 @@ def _apply(runtime, state, result: WorkerResult) -> None:
         for steer_id in result.get("steers", ()):
             if steer_id not in state.static_steers:
                 state.add_steers(runtime.steers_by_id.get(steer_id, ()), from_position=state.num_prompt_tokens)
+        if state.decode is not None and state.decode.error is None:
+            try:  # the last moment the prompt's K is at hand
+                state.decode.keep_span_keys(state, geometry_of(runtime.plan))
+            except Exception as exc:  # the decode rules' error modes decide, at their first evaluation
+                state.decode.error = f"{type(exc).__name__}: {exc}"
     state.captures.clear()
 
 

@@ -1,4 +1,4 @@
-"""Token probes on what the model writes, and the output rules that read them.
+"""In-model signals on what the model writes, and the output rules that read them.
 
 A ``token_probe`` signal with ``span: generated`` scores each generated token
 as a prompt probe scores prompt tokens (analyzers/token_probe.py):
@@ -6,6 +6,13 @@ as a prompt probe scores prompt tokens (analyzers/token_probe.py):
 points (capture.py). A token's hidden state is computed in the step that
 samples the token after it, so a token is scored one step after it was
 sampled, and a completion's last token is never scored.
+
+An ``attention_tracker`` with ``span: generated`` gives each generated token
+its heads' mean share of span attention that goes toward one span (trusted
+or untrusted; analyzers/attention_tracker.py), from the token's own Q at the
+attention points of those layers and the prompt's span keys, kept when the
+prompt is decided (``keep_span_keys``). It is pooled as a token probe's
+scores are.
 
 After each step's forward (the logits hook, decide_step.py) the output rules
 that read these signals ("decode" rules, ``Evaluator(phase="decode")``) are
@@ -34,6 +41,7 @@ from typing import Any
 import torch
 
 from innerguard.engine.decide import Evaluator, SignalError, condition_signals
+from innerguard.hooks.analyzers import attention_tracker
 
 GROW = 256  # scores are kept in a buffer grown by this many tokens at a time
 
@@ -67,14 +75,34 @@ class _Pooled:
         return self.best, self.best_start
 
 
+@dataclass(frozen=True)
+class Focus:
+    """A generated-token attention tracker: its heads by layer, and which
+    span of its policy the share goes toward."""
+
+    policy: str
+    heads: dict[int, tuple[int, ...]]  # layer -> query heads
+    toward: str  # "trusted" or "untrusted"
+    num_heads: int  # the mean's divisor
+
+    def spans(self, args) -> tuple[list, list]:
+        """(toward, other): the token ranges of the two spans in the request's arguments."""
+        spans = (args.get("spans") or {}).get(self.policy) or {}
+        trusted, untrusted = spans.get("instruction") or [], spans.get("data") or []
+        pair = (trusted, untrusted) if self.toward == "trusted" else (untrusted, trusted)
+        return tuple([(int(a), int(b)) for a, b in ranges] for ranges in pair)
+
+
 @dataclass(eq=False)
 class DecodeProbes:
-    """One completion's generated-token probes and decode rules."""
+    """One completion's in-model signals on generated tokens and decode rules."""
 
     evaluator: Evaluator
     reads: dict[tuple[str, str], list[str]]  # (policy, rule) -> the qualified signals its condition reads
     signals: dict[str, _Pooled]  # qualified signal -> its pooling
-    layers: frozenset[int]
+    layers: frozenset[int]  # the token probes'
+    focus: dict[str, Focus] = field(default_factory=dict)  # the attention trackers'
+    span_keys: dict[str, dict[int, attention_tracker.SpanKeys]] | None = None  # signal -> layer -> keys
     sums: dict[str, torch.Tensor] = field(default_factory=dict)  # signal -> per-token sums over layers (device)
     scored: int = 0  # generated tokens whose scores are final
     pending: tuple[int, int] | None = None  # generated tokens this step scores
@@ -89,6 +117,33 @@ class DecodeProbes:
 
     def __post_init__(self):
         self.record.update(events=self.events, stop=None, scores={s: p.scores for s, p in self.signals.items()}, values={})
+
+    @property
+    def focus_layers(self) -> frozenset[int]:
+        return frozenset(layer for f in self.focus.values() for layer in f.heads)
+
+    def keep_span_keys(self, state, geometry, layer: int | None = None) -> None:
+        """The prompt's span keys for the attention trackers, at ``layer`` (or
+        every layer they read), from the request's captures (complete once
+        its prompt is read, prefix-cache hits filled in) or from a sibling's
+        (n > 1: one prompt)."""
+        if not self.focus:
+            return
+        if self.span_keys is None:
+            if state.group.span_keys is None:
+                state.group.span_keys = {signal: {} for signal in self.focus}
+            self.span_keys = state.group.span_keys
+        for signal, focus in self.focus.items():
+            kept = self.span_keys[signal]
+            for at in focus.heads if layer is None else (layer,) if layer in focus.heads else ():
+                if at in kept:
+                    continue
+                captures = state.captures
+                if captures.start != 0 or at not in captures.k:
+                    raise RuntimeError("K of the prompt's span tokens was not captured: the generated tokens' "
+                                       "attention to them cannot be read")
+                toward, other = focus.spans(state.args)
+                kept[at] = attention_tracker.span_keys(captures.keys(at), focus.heads[at], toward, other, geometry)
 
     def begin(self, first: int, count: int) -> None:
         """This step computes generated tokens ``[first, first + count)``:
@@ -183,15 +238,15 @@ class DecodeRules:
         compiled = self._compiled[key]
         if compiled is None:
             return None
-        evaluator, reads, pooled, layers = compiled
+        evaluator, reads, pooled, layers, focus = compiled
         signals = {s: _Pooled(p.window, p.bias) for s, p in pooled.items()}
-        return DecodeProbes(evaluator, reads, signals, layers)
+        return DecodeProbes(evaluator, reads, signals, layers, focus)
 
     def _compile(self, policies):
         watched = [p for p in policies if any(r.params.get("decode") for r in p.rules)]
         if not watched:
             return None
-        reads, pooled, layers = {}, {}, set()
+        reads, pooled, layers, focus = {}, {}, set(), {}
         for policy in watched:
             for rule in policy.rules:
                 names = [n if "." in n else f"{policy.name}.{n}" for n, _ in condition_signals(rule.condition)]
@@ -200,13 +255,25 @@ class DecodeRules:
                     continue
                 for name in names:
                     spec = self._analyzers.get(name)
-                    if spec is None or spec.kind != "token_probe" or spec.params.get("span") != "generated":
+                    if spec is None or not spec.on_generated_tokens:
                         continue
-                    pooled[name] = _Pooled(int(spec.params["window"]), float(spec.params.get("bias") or 0.0))
-                    layers.update(int(layer) for layer in spec.params["layers"])
+                    if spec.kind == "token_probe":
+                        pooled[name] = _Pooled(int(spec.params["window"]), float(spec.params.get("bias") or 0.0))
+                        layers.update(int(layer) for layer in spec.params["layers"])
+                    else:
+                        pooled[name] = _Pooled(int(spec.params["window"]), 0.0)
+                        focus[name] = _focus(spec)
         # Selection already happened on the engine side (names, tags, tenant).
         evaluator = Evaluator([dataclasses.replace(p, selector={}) for p in watched], phase="decode")
-        return evaluator, reads, pooled, frozenset(layers)
+        return evaluator, reads, pooled, frozenset(layers), focus
+
+
+def _focus(spec) -> Focus:
+    heads: dict[int, list[int]] = {}
+    for layer, head in spec.params["heads"]:
+        heads.setdefault(int(layer), []).append(int(head))
+    return Focus(spec.params["policy"], {layer: tuple(h) for layer, h in sorted(heads.items())},
+                 spec.params.get("toward", "trusted"), len(spec.params["heads"]))
 
 
 def generated_probe_hook(runtime, layer: int):
@@ -230,3 +297,31 @@ def generated_probe_hook(runtime, layer: int):
                 rows.state.fail(f"generated-token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
 
     return runtime.contained(f"generated.{layer}", score_generated)
+
+
+def generated_focus_hook(runtime, layer: int, geometry):
+    """At the attention point of ``layer``: each decode attention tracker's
+    share of the step's generated tokens' values, the layer's heads' shares
+    toward their span over the tracker's number of heads."""
+    scale = float(runtime.modules.attention_scale(layer))
+
+    def read_generated(query, key):
+        runtime.hook_calls[f"focus.{layer}"] += 1
+        for rows in runtime.rows:
+            decode = rows.state.decode
+            a, b = rows.generated_rows
+            if decode is None or b <= a or not decode.focus:
+                continue
+            try:
+                # A teacher-forced completion is read in the prompt's own
+                # steps, before its decision: the captures hold its span keys
+                # up to this layer.
+                decode.keep_span_keys(rows.state, geometry, layer)
+                for signal, focus in decode.focus.items():
+                    if layer in focus.heads:
+                        shares = attention_tracker.generated_shares(query[a:b], decode.span_keys[signal][layer], geometry, scale)
+                        decode.add(signal, rows.generated_first, shares / focus.num_heads)
+            except Exception as exc:
+                rows.state.fail(f"generated-token attention at layer {layer} failed: {type(exc).__name__}: {exc}")
+
+    return runtime.contained(f"focus.{layer}", read_generated)

@@ -22,6 +22,7 @@ class Group:
     digest: int
     members: set[str] = field(default_factory=set)
     result: dict[str, Any] | None = None
+    span_keys: dict | None = None  # the prompt's span keys for attention on generated tokens (decode_probes.py)
 
 
 @dataclass(eq=False)

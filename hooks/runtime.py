@@ -28,7 +28,8 @@ from innerguard.engine.plan import Plan, SteerSpec
 from innerguard.hooks.capture import qk_hook, residual_hook, token_probe_hook
 from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.decide_step import decide_hook, fail_closed
-from innerguard.hooks.decode_probes import DecodeRules, generated_probe_hook
+from innerguard.hooks.calibration import geometry_of
+from innerguard.hooks.decode_probes import DecodeRules, generated_focus_hook, generated_probe_hook
 from innerguard.hooks.modules import ModelModules
 from innerguard.hooks import steering_buffers
 from innerguard.hooks.steer import steer_hook
@@ -73,6 +74,8 @@ class GuardRuntime:
                                      for layer in a.params["layers"]})
         self._generated_layers = sorted({int(layer) for a in token_probes if a.params.get("span") == "generated"
                                          for layer in a.params["layers"]})
+        self._focus_layers = sorted({int(layer) for a in plan.analyzers if a.kind == "attention_tracker" and a.on_generated_tokens
+                                     for layer, _ in a.params["heads"]})
         self.decode_rules = DecodeRules(self.analyzers)
         self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
                               for layer, name in a.params["weights"].items()}
@@ -95,6 +98,12 @@ class GuardRuntime:
                 self._handles.append(m.on_layer_output(layer, token_probe_hook(self, layer)))
             for layer in self._generated_layers:
                 self._handles.append(m.on_layer_output(layer, generated_probe_hook(self, layer)))
+            if self._focus_layers and not m.shard.whole:
+                # Each rank holds some of the heads; the shares would have to
+                # be added up across ranks after every token.
+                raise RuntimeError("attention_tracker signals with span: generated do not run under tensor parallelism yet")
+            for layer in self._focus_layers:  # after the captures of that point: a forced completion reads them
+                self._handles.append(m.on_attention_input(layer, generated_focus_hook(self, layer, geometry_of(self.plan))))
             for layer in self._steer_layers:
                 self._handles.append(m.on_layer_output(layer, steer_hook(self, layer)))
             self._allocate_steers()
@@ -139,6 +148,7 @@ class GuardRuntime:
             + [f"residual.{layer}" for layer in self._residual_layers]
             + [f"tokens.{layer}" for layer in self._token_layers]
             + [f"generated.{layer}" for layer in self._generated_layers]
+            + [f"focus.{layer}" for layer in self._focus_layers]
             + [f"steer.{layer}" for layer in self._steer_layers]
         )
 
@@ -206,6 +216,8 @@ class GuardRuntime:
         if state.is_calibration:
             return
         state.decode = self.decode_rules.start(state.policies)
+        if state.decode is not None:  # its attention trackers read the prompt's span keys
+            state.qk_layers |= state.decode.focus_layers
         # Unconditional steers apply from the first prompt token on; conditional
         # ones once the prompt has been read and decided (decide_step.py).
         for policy in state.policies:

@@ -79,6 +79,11 @@ class _PolicyChecker:
                 for side in ("trusted", "untrusted"):
                     if side not in spans:
                         self.add("IG102", f"attention_tracker signal {s.name!r} compares the trusted and untrusted spans, but spans.{side} is not defined", path, key=True)
+                if s.span == "generated":
+                    self.check_decode_window(s, path)
+                else:
+                    for key in sorted({"toward", "window"} & self.marks_keys(path)):
+                        self.add("IG105", f"attention_tracker signal {s.name!r}: {key!r} applies only with span: generated", path + (key,), key=True)
             elif s.analyzer == "reranker":
                 self.check_span(s.documents, path + ("documents",))
                 self.check_span(s.query, path + ("query",))
@@ -160,7 +165,7 @@ class _PolicyChecker:
         stop cuts at the start of its window, and the engine may see one
         more token (the step that decided) before it learns of the stop."""
         if self.policy.output.hold_back <= signal.window:
-            self.add("IG215", f"token_probe signal {signal.name!r} pools {signal.window} generated tokens, but output.hold_back "
+            self.add("IG215", f"{signal.analyzer} signal {signal.name!r} pools {signal.window} generated tokens, but output.hold_back "
                      f"is {self.policy.output.hold_back} (at least {signal.window + 1} needed): a stream may send tokens of "
                      "the window before the rule stops it", path + ("window",), key=True)
 
@@ -175,8 +180,8 @@ class _PolicyChecker:
             return
         decode = read & self.policy.decode_signals()
         if decode and read & generated - decode:
-            self.add("IG213", f"rule {rule.id!r} reads generated text and generated-token probes ({', '.join(sorted(decode))}); "
-                     "the engine reads the text and the worker the probes, so a rule reads one kind", path + ("when",))
+            self.add("IG213", f"rule {rule.id!r} reads generated text and in-model signals on the generated tokens ({', '.join(sorted(decode))}); "
+                     "the engine reads the text and the worker the in-model signals, so a rule reads one kind", path + ("when",))
         if read - generated:
             prompt = ", ".join(sorted(read - generated))
             self.add("IG213", f"rule {rule.id!r} reads the generated text and prompt signals ({prompt}); an output rule reads only 'generated' signals", path + ("when",))

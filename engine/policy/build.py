@@ -59,7 +59,8 @@ def _signal(ctx: _Context, name: str, data: dict) -> Signal:
     if unit is not None:
         return RegisteredSignal(**common, values=unit.params(data))
     if kind == "attention_tracker":
-        return AttentionTrackerSignal(**common, heads=ctx.heads(data["heads"], path + ("heads",)))
+        return AttentionTrackerSignal(**common, heads=ctx.heads(data["heads"], path + ("heads",)), span=data.get("span", "prompt"),
+                                      toward=data.get("toward", "trusted"), window=int(data.get("window", 8)))
     if kind == "probe":
         return ProbeSignal(**common, layer=data["layer"], vector=ctx.artifact(data["vector"], path + ("vector",), DEFAULT_KEYS["vector"]),
                            score=data.get("score", "cosine"), bias=float(data["bias"]) if "bias" in data else None)
@@ -111,9 +112,10 @@ def _rule(ctx: _Context, index: int, data: dict) -> Rule:
 
 def _output_settings(data: dict, signals) -> OutputSettings:
     """The ``output`` block; a stream's hold-back defaults to one more than
-    the longest window of the policy's generated-token probes, so that a
-    stop never comes after the start of its window was sent (lint IG215)."""
-    windows = [s.window for s in signals if isinstance(s, TokenProbeSignal) and s.span == "generated"]
+    the longest window of the policy's signals on the generated tokens, so
+    that a stop never comes after the start of its window was sent (lint IG215)."""
+    windows = [s.window for s in signals
+               if isinstance(s, (TokenProbeSignal, AttentionTrackerSignal)) and s.span == "generated"]
     if windows and "hold_back" not in data:
         data = {**data, "hold_back": max(OutputSettings.hold_back, min(max(windows) + 1, MAX_HOLD_BACK))}
     return OutputSettings(**data)

@@ -117,10 +117,19 @@ def _heads_param(heads) -> Any:
 @dataclass(frozen=True, kw_only=True)
 class AttentionTrackerSignal(Signal):
     heads: tuple[tuple[int, int], ...] | ArtifactRef
+    # prompt: the last prompt token's focus, decided at prefill. generated:
+    # each generated token's share of its span attention that goes ``toward``
+    # one span, pooled like a token probe (largest mean over ``window``
+    # tokens), evaluated in the worker as the model writes.
+    span: Literal["prompt", "generated"] = "prompt"
+    toward: Literal["trusted", "untrusted"] = "trusted"
+    window: int = 8
     type: SignalType = "number"
 
     def params(self) -> dict[str, Any]:
-        return {"heads": _heads_param(self.heads)}
+        if self.span != "generated":  # as before, so that prompt trackers' plans keep their hash
+            return {"heads": _heads_param(self.heads)}
+        return {"heads": _heads_param(self.heads), "span": self.span, "toward": self.toward, "window": self.window}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -290,12 +299,14 @@ class Policy:
     def generated_signals(self) -> frozenset[str]:
         """Short names of the signals that read what the model writes."""
         return frozenset(s.name for s in self.signals
-                         if isinstance(s, (TextSignal, TokenProbeSignal)) and s.span == "generated")
+                         if isinstance(s, (TextSignal, TokenProbeSignal, AttentionTrackerSignal)) and s.span == "generated")
 
     def decode_signals(self) -> frozenset[str]:
         """Short names of the generated signals the worker computes (token
-        probes on the generated tokens); the engine computes the others."""
-        return frozenset(s.name for s in self.signals if isinstance(s, TokenProbeSignal) and s.span == "generated")
+        probes and attention trackers on the generated tokens); the engine
+        computes the others (text)."""
+        return frozenset(s.name for s in self.signals
+                         if isinstance(s, (TokenProbeSignal, AttentionTrackerSignal)) and s.span == "generated")
 
     def reads_generated(self, rule: Rule) -> bool:
         """An output rule: evaluated on the generated text, not at prefill."""

@@ -182,3 +182,66 @@ def focus_score(
     """Mean over ``heads`` of :func:`head_focus`; a python float in [0, 1]."""
     return float(head_focus(q_last_by_layer, k_by_layer, heads, instruction, data, geometry, scale).mean())
 
+
+
+# -- on the generated tokens (span: generated) ---------------------------------
+#
+# A generated token's share of its span attention that goes toward one span:
+# a_toward / (a_trusted + a_untrusted), per head. The softmax's denominator
+# (every key the token sees: template markers, the tokens generated so far)
+# is common to both sums and cancels, so only the prompt's span keys are
+# needed, kept once per completion, never the generated tokens' K.
+
+
+@dataclass(frozen=True)
+class SpanKeys:
+    """One layer's post-RoPE K of a prompt's span tokens, for that layer's
+    chosen heads: the tokens of the span the share goes toward first."""
+
+    heads: torch.Tensor  # [h] query heads (long, on the keys' device)
+    keys: torch.Tensor  # float32 [h, S, d]: each chosen head's K (its KV head's) at the span tokens
+    toward: int  # the first ``toward`` of the S tokens are the span the share goes to
+
+
+def span_keys(
+    k: torch.Tensor, heads: Sequence[int], toward: Sequence[tuple[int, int]], other: Sequence[tuple[int, int]],
+    geometry: Geometry,
+) -> SpanKeys:
+    """``k``: K of the prompt ``[T, H_kv*d]``; ``toward`` / ``other``: the
+    two spans' token ranges (half-open)."""
+    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    check_width("K", k, h_kv, d)
+    for start, end in (*toward, *other):
+        if not 0 <= start <= end <= k.shape[0]:
+            raise ValueError(f"span ({start}, {end}) is outside the {k.shape[0]} prompt tokens captured")
+    if any(not 0 <= head < h for head in heads):
+        raise ValueError(f"head index out of range 0..{h - 1}: {list(heads)}")
+    positions = [p for start, end in (*toward, *other) for p in range(start, end)]
+    if len(set(positions)) != len(positions):
+        raise ValueError("the trusted and the untrusted spans overlap")
+    head_index = torch.tensor(list(heads), dtype=torch.long)
+    index = torch.tensor(positions, dtype=torch.long).to(k.device, non_blocking=True)
+    # Upcast: bf16 logits lose the small weights that attention ratios sum.
+    picked = k.index_select(0, index).view(len(positions), h_kv, d).float()
+    keys = picked.index_select(1, kv_heads_of(head_index, geometry).to(k.device)).transpose(0, 1).contiguous()
+    return SpanKeys(head_index.to(k.device), keys, sum(end - start for start, end in toward))
+
+
+def generated_head_shares(q: torch.Tensor, span: SpanKeys, geometry: Geometry, scale: float) -> torch.Tensor:
+    """Per query row (``q``: post-RoPE Q ``[n, H*d]`` of generated tokens)
+    and head of ``span.heads``, the head's share toward the span: float32
+    ``[n, h]``. A prompt with no token in that span gives 0, one with no
+    token in the other gives 1."""
+    h, d = geometry.num_heads, geometry.head_dim
+    check_width("q", q, h, d)
+    rows = q.shape[0]
+    if span.toward == 0:
+        return q.new_zeros(rows, span.heads.numel(), dtype=torch.float32)
+    q_heads = q.float().view(rows, h, d).index_select(1, span.heads)  # [n, h, d]
+    logits = torch.einsum("nhd,hsd->nhs", q_heads, span.keys) * scale
+    return torch.exp(torch.logsumexp(logits[..., : span.toward], dim=-1) - torch.logsumexp(logits, dim=-1))
+
+
+def generated_shares(q: torch.Tensor, span: SpanKeys, geometry: Geometry, scale: float) -> torch.Tensor:
+    """Per query row, the sum of :func:`generated_head_shares` over the heads: float32 ``[n]``."""
+    return generated_head_shares(q, span, geometry, scale).sum(dim=-1)

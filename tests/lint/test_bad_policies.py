@@ -232,6 +232,11 @@ CASES += [
     Case("decode-hold-back-within-the-window", token_probe_policy(span="generated", head=HEAD + "output: {hold_back: 12}\n",
                                                                   pooling="    window: 12\n", action="stop"),
          "IG215", 15, setup=token_weights(6, 12)),
+    Case("decode-attention-hold-back-within-the-window",
+         HEAD + "output: {hold_back: 8}\nsignals:\n  reads:\n    analyzer: attention_tracker\n    span: generated\n"
+         "    window: 8\n    heads: [[1, 2]]\nrules:\n  - id: stop-reading\n    when: reads > 0.9\n    action: stop\n",
+         "IG215", 14),
+    Case("attention-toward-without-generated", HEAD + FOCUS + "    toward: untrusted\nrules:\n" + BLOCK_LOW, "IG105", 13),
     # ---- model geometry (with --model) --------------------------------------------
     Case("model-token-probe-layer-out-of-range", token_probe_policy("[6, 30]"), "IG601", 12, setup=token_weights(6, 30), model="smollm2-135m-instruct"),
     Case("model-head-out-of-range", HEAD + "signals:\n  focus:\n    analyzer: attention_tracker\n    heads: [[1, 2], [3, 9]]\nrules:\n" + BLOCK_LOW, "IG511", 12, model="smollm2-135m-instruct"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import random
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -221,3 +222,110 @@ def test_tokens_this_request_never_computed_follow_the_error_mode(tmp_path):
     _score(probes, [0.0] * 2)
     stop = _score(probes, [0.0], start=5)[0]  # tokens 2..4 were never computed here
     assert stop is not None and "never computed" in probes.record["events"][0]["error"]
+
+
+# -- attention on the generated tokens ------------------------------------------
+
+FOCUS_POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {name: reading, version: 1.0.0}
+spans:
+  trusted: {roles: [system]}
+  untrusted: {roles: [user]}
+signals:
+  reads_system:
+    analyzer: attention_tracker
+    span: generated
+    toward: trusted
+    window: 12
+    heads: [[1, 2], [3, 0]]
+rules:
+  - id: stop-reading
+    when: reads_system > 0.9
+    action: stop
+"""
+
+
+def test_an_attention_tracker_on_generated_tokens_is_a_decode_signal(tmp_path):
+    (tmp_path / "reading.yaml").write_text(FOCUS_POLICY)
+    policy = load_file(tmp_path / "reading.yaml").policy
+    assert policy.decode_signals() == {"reads_system"} and policy.generated_signals() == {"reads_system"}
+    program = policy.to_program()
+    (rule,) = program.rules
+    assert program.signals == ()  # the prompt phase never waits for it
+    assert {k: rule.params[k] for k in ("output", "decode", "hold_back")} == {"output": True, "decode": True, "hold_back": 13}
+    assert policy.signals[0].params() == {"heads": [[1, 2], [3, 0]], "span": "generated", "toward": "trusted", "window": 12}
+    # A prompt tracker's parameters are what they were: the shipped plans keep their hash.
+    prompt = (tmp_path / "prompt.yaml")
+    prompt.write_text(FOCUS_POLICY.replace("    span: generated\n    toward: trusted\n    window: 12\n", "")
+                      .replace("name: reading", "name: prompt").replace("action: stop", "action: block"))
+    assert load_file(prompt).policy.signals[0].params() == {"heads": [[1, 2], [3, 0]]}
+
+
+def test_a_generated_tokens_share_is_its_attention_toward_a_span_over_both_spans():
+    """analyzers/attention_tracker.generated_shares against the full causal
+    softmax of attention.attention_rows (GQA, keys outside both spans
+    included), head by head."""
+    from innerguard.hooks.analyzers.attention import HeadGeometry, attention_rows
+    from innerguard.hooks.analyzers.attention_tracker import generated_shares, span_keys
+
+    geometry = HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8)
+    g = torch.Generator().manual_seed(3)
+    length, rows = 40, 5  # 35 prompt tokens, 5 generated
+    q = torch.randn(length, 6 * 8, generator=g)
+    k = torch.randn(length, 2 * 8, generator=g)
+    trusted, untrusted = [(2, 10)], [(12, 20), (24, 30)]
+    heads = [0, 4, 5]
+    weights = attention_rows(q[-rows:], k, heads, geometry, scale=0.3)  # [heads, rows, T]
+    mass = lambda spans: sum(weights[..., a:b].sum(-1) for a, b in spans)  # noqa: E731
+    want = (mass(trusted) / (mass(trusted) + mass(untrusted))).sum(0)
+    got = generated_shares(q[-rows:], span_keys(k[:35], heads, trusted, untrusted, geometry), geometry, 0.3)
+    assert torch.allclose(got, want, atol=1e-5)
+    toward_untrusted = generated_shares(q[-rows:], span_keys(k[:35], heads, untrusted, trusted, geometry), geometry, 0.3)
+    assert torch.allclose(got + toward_untrusted, torch.full((rows,), 3.0), atol=1e-5)
+    # No token in the span it goes toward: 0; none in the other: 1 per head.
+    assert generated_shares(q[-rows:], span_keys(k[:35], heads, [], untrusted, geometry), geometry, 0.3).eq(0).all()
+    assert torch.allclose(generated_shares(q[-rows:], span_keys(k[:35], heads, trusted, [], geometry), geometry, 0.3),
+                          torch.full((rows,), 3.0))
+    with pytest.raises(ValueError, match="overlap"):
+        span_keys(k[:35], heads, [(2, 10)], [(8, 12)], geometry)
+    with pytest.raises(ValueError, match="outside"):
+        span_keys(k[:35], heads, [(2, 10)], [(30, 36)], geometry)
+
+
+WORD_POLICY = """\
+apiVersion: innerguard/v1
+kind: Policy
+metadata: {name: words, version: 1.0.0}
+signals:
+  word: {analyzer: text, keywords: [ZEBRA], case_sensitive: true, span: generated}
+rules:
+  - {id: stop-word, when: word, action: stop}
+"""
+
+
+def test_a_teacher_forced_answer_is_read_by_the_text_rules_as_if_written(tmp_path):
+    """``innerguard eval`` on rows with a ``completion``: the engine's text
+    rules read the given answer token by token before what the model writes
+    after it; a match in it stops at the token where it starts (counted from
+    the answer's first token, as decode records count), and nothing
+    generated is returned."""
+    (tmp_path / "words.yaml").write_text(WORD_POLICY)
+    policy = load_file(tmp_path / "words.yaml").policy
+    (signal,) = policy.signals
+    plan = SimpleNamespace(analyzers=[AnalyzerSpec(signal="words.word", kind="text", params=signal.params())])
+    after = _Completion(index=0, text="!", token_ids=[7], logprobs=None, finish_reason="length")
+    for prefixes, ends_with in ((["The ", "The ZE", "The ZEBRA", "The ZEBRA runs"], "runs"), (["The ", "The ZE"], "ZE")):
+        watch = RequestWatch(OutputRules(plan), [policy.to_program()], 1)
+        watch.read_forced(prefixes)
+        text = "BRA" if ends_with == "ZE" else "!"  # the match is completed by what the model writes
+        watch.update(SimpleNamespace(outputs=[dataclasses.replace(after, text=text)]))
+        (completion,) = watch.outputs()
+        assert (completion.token_ids, completion.text, completion.finish_reason) == ([], "", "content_filter")
+        (event,) = watch.events()
+        assert (event["rule"], event["token_index"]) == ("stop-word", 1)
+    clean = RequestWatch(OutputRules(plan), [policy.to_program()], 1)
+    clean.read_forced(["The ", "The horse"])
+    clean.update(SimpleNamespace(outputs=[after]))
+    assert clean.outputs() == [after] and clean.events() == []

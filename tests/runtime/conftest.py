@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import LENGTH_ADJUST, TOKEN_PROBE_ARTIFACT, decode_policy, make_vector
+from helpers import LENGTH_ADJUST, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, focus_policy, make_vector
 
 POLICIES = Path(__file__).parent / "policies"
 # The shipped token-level probe policy, with its fitted artifact (test_token_probe.py).
@@ -46,9 +46,10 @@ def policy_dir(tmp_path_factory, smollm2_dir) -> Path:
     make_vector(folder / "artifacts" / "concept.safetensors", smollm2_dir, layer=8, seed=1)
     make_vector(folder / "artifacts" / "steer.safetensors", smollm2_dir, layer=6, seed=2)
     shutil.copy(SHIPPED / "prompt-injection.yaml", folder / "tokens.yaml")
-    shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, folder / "artifacts" / TOKEN_PROBE_ARTIFACT)
+    copy_decode_artifacts(SHIPPED, folder)
     _length_adjusted_copy(folder)
     (folder / "decode.yaml").write_text(decode_policy())  # its probe on the generated tokens (test_token_probe.py)
+    (folder / "focus.yaml").write_text(focus_policy())  # attention on the generated tokens (test_token_probe.py)
     return folder
 
 

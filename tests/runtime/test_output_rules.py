@@ -13,7 +13,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, decode_policy, firing, reference_decode_scores
+from helpers import (
+    DECODE_WINDOW, FOCUS_WINDOW, HEADS_ARTIFACT, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, firing, focus_policy,
+    prepared, reference_decode_focus, reference_decode_scores,
+)
 
 from innerguard.hooks.analyzers.token_probe import window_max
 
@@ -207,8 +210,7 @@ def decoded(watched, reference):
     never fires, and what SmolLM2 writes under it when it never fires either,
     with the Hugging Face reference's teacher-forced scores of those tokens."""
     llm, folder, _, _, params = watched
-    (folder / "artifacts").mkdir(exist_ok=True)
-    shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, folder / "artifacts" / TOKEN_PROBE_ARTIFACT)
+    copy_decode_artifacts(SHIPPED, folder)
     _write(folder, "QQQ-never-written")
     (folder / "decode.yaml").write_text(decode_policy())
     llm.reload(folder)
@@ -303,3 +305,67 @@ def test_a_teacher_forced_completion_is_scored_as_if_the_model_wrote_it(decoded,
     llm.reload(folder)
     after = run_rows(llm, rows, score, progress=False)
     assert [r.acted for r in after] == [r.score > (before[0].score + before[1].score) / 2 for r in before] != [True, True]
+
+
+# -- decode rules on attention: how much the model reads its system prompt -----
+
+FOCUSED = {"id": "focused", "messages": CHAT, "tags": ["decode-focus"]}
+
+
+@pytest.fixture(scope="module")
+def focused(watched, reference):
+    """The decode-focus policy (an attention tracker on the generated tokens,
+    toward the system prompt) with a rule that never fires, what SmolLM2
+    writes under it, and the reference's teacher-forced values."""
+    llm, folder, _, _, params = watched
+    copy_decode_artifacts(SHIPPED, folder)
+    _write(folder, "QQQ-never-written")
+    (folder / "focus.yaml").write_text(focus_policy())
+    llm.reload(folder)
+    (free,) = llm.run([FOCUSED], params)
+    prompt_ids, spans = prepared(llm, FOCUSED)
+    (system,), (user,) = spans["decode-focus"]["instruction"], spans["decode-focus"]["data"]
+    assert list(free.output.prompt_token_ids) == prompt_ids
+    want = reference_decode_focus(reference, folder / "artifacts" / HEADS_ARTIFACT, prompt_ids, free.token_ids,
+                                  tuple(system), tuple(user))
+    yield llm, folder, free, want, params, (tuple(system), tuple(user))
+    (folder / "focus.yaml").unlink()
+    llm.reload(folder)
+
+
+def test_generated_attention_equals_the_reference_teacher_forced_eager(focused, reference):
+    """Each generated token's share of span attention toward the system
+    prompt equals the reference's, as generated and teacher forced."""
+    llm, folder, free, want, _, (system, user) = focused
+    assert free.action == "allow" and free.output_decisions == [] and len(free.token_ids) == 48
+    got = free.decode_scores[0]["decode-focus.reads_system"]
+    assert len(got) == len(want) == 47
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4
+    assert max(want) - min(want) > 0.05  # the tokens read the system prompt unequally: not a constant
+    assert free.decode_values[0]["decode-focus.reads_system"] == pytest.approx(
+        window_max(torch.tensor(want, dtype=torch.float64), FOCUS_WINDOW), abs=1e-4)
+
+    rendered = len(free.output.prompt_token_ids)
+    (forced,) = llm.run([{**FOCUSED, "completion": free.text, "max_tokens": 1}])
+    full = forced.output.prompt_token_ids
+    assert forced.error is None and full[:rendered] == free.output.prompt_token_ids
+    forced_want = reference_decode_focus(reference, folder / "artifacts" / HEADS_ARTIFACT, full[:rendered],
+                                         list(full[rendered:]) + [0], system, user)
+    forced_got = forced.decode_scores[0]["decode-focus.reads_system"]
+    assert len(forced_got) == len(forced_want) == len(full) - rendered
+    assert max(abs(a - b) for a, b in zip(forced_got, forced_want)) <= 1e-4
+
+
+def test_a_decode_stop_on_attention_returns_nothing_from_the_window_that_fired(focused):
+    llm, folder, free, want, params, _ = focused
+    k, threshold = firing(want, FOCUS_WINDOW)
+    (folder / "focus.yaml").write_text(focus_policy(threshold))
+    llm.reload(folder)
+    (out,) = llm.run([FOCUSED], params)
+    cut = k - FOCUS_WINDOW
+    assert out.finish_reason == "content_filter" and out.action == "stop"
+    assert out.token_ids == free.token_ids[:cut]
+    (event,) = out.output_decisions
+    assert (event["rule"], event["token_index"], event["scored_tokens"]) == ("stop-reading-system", cut, k)
+    assert event["signals"]["decode-focus.reads_system"] == pytest.approx(
+        window_max(torch.tensor(want[:k], dtype=torch.float64), FOCUS_WINDOW), abs=1e-4)

@@ -14,7 +14,9 @@ import pytest
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from helpers import LENGTH_ADJUST, TEXTS, TOKEN_PROBE_ARTIFACT, long_text, prepared, reference_decode_scores, row
+from helpers import (
+    HEADS_ARTIFACT, LENGTH_ADJUST, TEXTS, TOKEN_PROBE_ARTIFACT, long_text, prepared, reference_decode_focus, reference_decode_scores, row,
+)
 
 from innerguard.engine.reference.scores import reference_token_probe
 
@@ -124,18 +126,21 @@ def test_benign_scores_do_not_climb_with_length(guarded, shipped_probe):
     assert abs(medians[2000] - medians[200]) <= 0.25 * (threshold - medians[200]), (medians, threshold)
 
 
-def test_decode_probe_scores_equal_the_reference_teacher_forced_compiled(guarded, chunked, reference, policy_dir):
-    """A token probe on the generated tokens (span: generated, the policy
-    decode of helpers.py) on the compiled engine, with requests of other
-    policies in the same batch, and on the chunked one: each generated
-    token's score equals the reference's, the prompt and completion run as
-    one sequence."""
+def test_decode_signals_equal_the_reference_teacher_forced_compiled(guarded, chunked, reference, policy_dir):
+    """A token probe and an attention tracker on the generated tokens
+    (span: generated, the policies decode and decode-focus of
+    tests/decode_probe_policy.py) on the compiled engine, with requests of
+    other policies in the same batch, and on the chunked one: each generated
+    token's score, and its share of span attention toward the system
+    prompt, equal the reference's, the prompt and completion run as one
+    sequence."""
     from vllm import SamplingParams
 
     rows = [{"id": "dp0", "instruction": "Rewrite the text as a short story for children, in five sentences.",
-             "data": TEXTS[3], "policies": ["decode"]},
+             "data": TEXTS[3], "policies": ["decode", "decode-focus"]},
             row(1, ["prompt-injection"], rid="dp1"),
-            {"id": "dp2", "instruction": "Say hello.", "data": TEXTS[1], "policies": ["decode"]}]
+            {"id": "dp2", "instruction": "Say hello.", "data": TEXTS[1], "policies": ["decode"]},
+            {"id": "dp3", "instruction": "Answer in one sentence.", "data": TEXTS[2], "policies": ["decode-focus"]}]
     for llm in (guarded, chunked):
         outs = llm.run(rows, SamplingParams(temperature=0.0, max_tokens=24))
         assert all(o.error is None for o in outs), [o.error for o in outs]
@@ -144,5 +149,13 @@ def test_decode_probe_scores_equal_the_reference_teacher_forced_compiled(guarded
             got = out.decode_scores[0]["decode.written"]
             want = reference_decode_scores(reference, policy_dir / "artifacts" / TOKEN_PROBE_ARTIFACT,
                                            out.output.prompt_token_ids, out.token_ids)
+            assert len(got) == len(want) == len(out.token_ids) - 1 > 0
+            assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4, out.id
+        for r, out in ((rows[0], outs[0]), (rows[3], outs[3])):
+            _, spans = prepared(llm, r)
+            (system,), (user,) = spans["decode-focus"]["instruction"], spans["decode-focus"]["data"]
+            got = out.decode_scores[0]["decode-focus.reads_system"]
+            want = reference_decode_focus(reference, policy_dir / "artifacts" / HEADS_ARTIFACT,
+                                          out.output.prompt_token_ids, out.token_ids, tuple(system), tuple(user))
             assert len(got) == len(want) == len(out.token_ids) - 1 > 0
             assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4, out.id

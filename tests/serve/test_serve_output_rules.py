@@ -16,7 +16,7 @@ from serve_requests import ALLOWED, INSTRUCTION, KEY, chat, completion
 from test_serve_audit import _records_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # decode_probe_policy, shared with tests/runtime
-from decode_probe_policy import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, decode_policy, firing, reference_decode_scores  # noqa: E402
+from decode_probe_policy import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, firing, reference_decode_scores  # noqa: E402
 
 pytestmark = pytest.mark.vllm
 SHIPPED = Path(__file__).resolve().parents[2] / "policies"
@@ -63,9 +63,13 @@ def test_a_streamed_answer_ends_where_the_stopped_word_starts(server):
     (event,) = completion["output_decisions"]
     assert (event["policy"]["name"], event["rule"], event["action"]) == ("stop-only", "stop-at-only", "stop")
     assert event["token_index"] == tokens and completion["finish_reason"] == "content_filter"
-    # Not streamed: the same cut, the same ending.
+    # Not streamed: cut the same way (at the last step the server read at or
+    # before the match: how many tokens vLLM hands over at once depends on
+    # the machine's load, so not always at the same token), the same ending.
     whole = _post(server, chat(ALLOWED, max_tokens=48, innerguard=STOP_ONLY)).json()["choices"][0]
-    assert (whole["message"]["content"], whole["finish_reason"]) == (sent, "content_filter")
+    assert whole["finish_reason"] == "content_filter" and whole["message"]["content"].endswith(message)
+    written = whole["message"]["content"][:-len(message)].removesuffix("\n\n")
+    assert free.startswith(written) and len(written) <= first.start() < len(written) + 8
 
 
 def test_each_of_n_streamed_choices_is_stopped_on_its_own(server):
@@ -175,11 +179,9 @@ def _long(**extra) -> dict:
 def decode_served(server, served_policies, smollm2_dir):
     """The test policy "decode" (tests/decode_probe_policy.py) installed in
     the server while a test runs, with the threshold the test gives."""
-    import shutil
-
     from innerguard.engine.reference.model import load_reference_model
 
-    shutil.copy(SHIPPED / "artifacts" / TOKEN_PROBE_ARTIFACT, served_policies / "artifacts" / TOKEN_PROBE_ARTIFACT)
+    copy_decode_artifacts(SHIPPED, served_policies)
 
     def install(threshold: float) -> None:
         (served_policies / "decode.yaml").write_text(decode_policy(threshold))
