@@ -38,6 +38,10 @@ Modes:
   guarded-decode    GuardedLLM's default, its requests selecting only a decode rule: a token
                     probe on the generated tokens (every fourth layer, window 16, random
                     weights) read by a stop rule after every token; never fires (issue 35)
+  guarded-focus     GuardedLLM's default, its requests selecting only a decode rule on
+                    attention: each generated token's share of the 48 tracked heads' span
+                    attention toward the system prompt, window 8, read by a stop rule after
+                    every token; never fires (issue 35)
 
 Made for an H200 with the offline vLLM 0.24 kit (``../shared/gpukit``) and an
 innerguard wheel installed; the model is random, so the figures are about
@@ -73,9 +77,9 @@ REQUESTS = int(os.environ.get("BENCH_REQUESTS", "256"))
 OUTPUT_TOKENS, DOC_WORDS = 128, 430
 PROBE_LAYERS = list(range(3, LAYERS, 4))
 MODES = ("plain-default", "plain-piecewise", "plain-eager", "guarded-default", "guarded-eager", "guarded-unguarded",
-         "guarded-probe", "guarded-output", "guarded-decode")
+         "guarded-probe", "guarded-output", "guarded-decode", "guarded-focus")
 POLICIES_OF = {"guarded-unguarded": [], "guarded-probe": ["probe"], "guarded-output": ["output"],
-               "guarded-decode": ["decode"]}  # default: ["injection", "steer"]
+               "guarded-decode": ["decode"], "guarded-focus": ["focus"]}  # default: ["injection", "steer"]
 WORDS = ("the of and to in is that for it as was with be by on not he this are or his from at which but have an "
          "they you were her all she there would their we him been has when who will more no if out so said what up "
          "its about into than them can only other new some could time these two may then do first any my now").split()
@@ -138,6 +142,20 @@ rules:
     "output.yaml": _policy("output", "an output rule read after every step; never matches", OUTPUT_RULE, spans=False),
     "decode.yaml": _policy("decode", "a token probe on every generated token, read by a stop rule; never fires",
                            _token_probe(span="generated", action="stop"), spans=False),
+    # A share of 1.0 needs no attention at all on the user's message: never reached.
+    "focus.yaml": _policy("focus", "attention toward the system prompt on every generated token; never fires", f"""\
+signals:
+  reading:
+    analyzer: attention_tracker
+    span: generated
+    toward: trusted
+    window: 8
+    heads: {json.dumps(TRACKED_HEADS)}
+rules:
+  - id: stop-reading
+    when: reading >= 1.0
+    action: stop
+"""),
 }
 
 

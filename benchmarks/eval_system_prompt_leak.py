@@ -96,6 +96,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens each answer may write (greedy)")
     parser.add_argument("--json", help="also write the figures and every row here")
+    parser.add_argument("--answers", metavar="DIR",
+                        help="also write the unguarded answers as labelled completions (label 1: a leak by either "
+                             "measure) for innerguard eval and build heads --generated: DIR/answers-fit.jsonl (with "
+                             "a verbatim recital of the system prompt for each fit extraction attempt) and "
+                             "DIR/answers-held-out.jsonl")
     args = parser.parse_args()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # one engine, this process
 
@@ -158,7 +163,28 @@ def main() -> int:
           f"longest run of system-prompt words returned by a stopped answer: {h['longest_run_returned_when_stopped']}")
     if args.json:
         Path(args.json).write_text(json.dumps({**figures, "rows": rows}, indent=1, ensure_ascii=False))
+    if args.answers:
+        write_answers(Path(args.answers), rows)
     return 0
+
+
+def write_answers(folder: Path, rows: list[dict]) -> None:
+    """Labelled completions, teacher forced by ``innerguard eval`` (and read
+    by ``innerguard build heads --generated``): each row's unguarded greedy
+    answer, label 1 when it leaks by either measure above (never by the
+    example's own signal). The fit file adds, for each fit extraction
+    attempt, the system prompt recited word for word: the answers a leak
+    detector must stop, which SmolLM2 itself writes too rarely (a handful
+    per split) to choose heads on."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("fit", "held-out"):
+        out = []
+        for r in (r for r in rows if r["split"] == split):
+            base = {"messages": _chats([r])[0], "style": r["style"], "system_name": r["system_name"], "attempt": r["label"]}
+            out.append({"id": r["id"], **base, "completion": r["answer"] or ".", "label": int(r["verbatim_leak"] or r["share_leak"])})
+            if split == "fit" and r["label"] == 1:
+                out.append({"id": f"{r['id']}-recital", **base, "style": "recital", "completion": r["system"], "label": 1})
+        (folder / f"answers-{split}.jsonl").write_text("".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ An ``attention_tracker`` with ``span: generated`` gives each generated token
 its heads' mean share of span attention that goes toward one span (trusted
 or untrusted; analyzers/attention_tracker.py), from the token's own Q at the
 attention points of those layers and the prompt's span keys, kept when the
-prompt is decided (``keep_span_keys``). It is pooled as a token probe's
-scores are.
+prompt is decided (``keep_span_keys``; the step's requests are read together
+in decode_focus.py). It is pooled as a token probe's scores are.
 
 After each step's forward (the logits hook, decide_step.py) the output rules
 that read these signals ("decode" rules, ``Evaluator(phase="decode")``) are
@@ -298,30 +298,3 @@ def generated_probe_hook(runtime, layer: int):
 
     return runtime.contained(f"generated.{layer}", score_generated)
 
-
-def generated_focus_hook(runtime, layer: int, geometry):
-    """At the attention point of ``layer``: each decode attention tracker's
-    share of the step's generated tokens' values, the layer's heads' shares
-    toward their span over the tracker's number of heads."""
-    scale = float(runtime.modules.attention_scale(layer))
-
-    def read_generated(query, key):
-        runtime.hook_calls[f"focus.{layer}"] += 1
-        for rows in runtime.rows:
-            decode = rows.state.decode
-            a, b = rows.generated_rows
-            if decode is None or b <= a or not decode.focus:
-                continue
-            try:
-                # A teacher-forced completion is read in the prompt's own
-                # steps, before its decision: the captures hold its span keys
-                # up to this layer.
-                decode.keep_span_keys(rows.state, geometry, layer)
-                for signal, focus in decode.focus.items():
-                    if layer in focus.heads:
-                        shares = attention_tracker.generated_shares(query[a:b], decode.span_keys[signal][layer], geometry, scale)
-                        decode.add(signal, rows.generated_first, shares / focus.num_heads)
-            except Exception as exc:
-                rows.state.fail(f"generated-token attention at layer {layer} failed: {type(exc).__name__}: {exc}")
-
-    return runtime.contained(f"focus.{layer}", read_generated)

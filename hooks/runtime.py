@@ -29,7 +29,8 @@ from innerguard.hooks.capture import qk_hook, residual_hook, token_probe_hook
 from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.decide_step import decide_hook, fail_closed
 from innerguard.hooks.calibration import geometry_of
-from innerguard.hooks.decode_probes import DecodeRules, generated_focus_hook, generated_probe_hook
+from innerguard.hooks.decode_focus import generated_focus_hook
+from innerguard.hooks.decode_probes import DecodeRules, generated_probe_hook
 from innerguard.hooks.modules import ModelModules
 from innerguard.hooks import steering_buffers
 from innerguard.hooks.steer import steer_hook
@@ -77,6 +78,8 @@ class GuardRuntime:
         self._focus_layers = sorted({int(layer) for a in plan.analyzers if a.kind == "attention_tracker" and a.on_generated_tokens
                                      for layer, _ in a.params["heads"]})
         self.decode_rules = DecodeRules(self.analyzers)
+        self.focus_step = None  # this step's generated-token attention trackers (decode_focus.FocusStep)
+        self.focus_keys: dict = {}  # their padded span keys by (signal, layer), while the same requests decode
         self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
                               for layer, name in a.params["weights"].items()}
         self.steer_slots: dict[SteerSpec, int] = {}  # add-steers: their row in the layer's steering table
@@ -131,6 +134,7 @@ class GuardRuntime:
             if buffers is not None:
                 buffers.release(spec.layer, slot)
         self.steer_slots.clear()
+        self.focus_keys.clear()
 
     @property
     def installed(self) -> bool:
@@ -174,6 +178,7 @@ class GuardRuntime:
     # -- per step, per request -----------------------------------------------
     def begin_step(self) -> None:
         self.rows = []
+        self.focus_step = None
         self.steer_rows = {}
         self.decided_this_step = False
         self._step_indices = {}

@@ -10,6 +10,9 @@ path (``innerguard.engine.capture``): never through Hugging Face.
 - ``head_ratios``: every head's Attention Tracker ratio at the last prompt
   token, from captured post-RoPE Q/K, by the analyzer's own code
   (``innerguard.hooks.analyzers.head_focus``).
+- ``answer_head_shares``: every head's share of span attention toward one
+  span at every token of a given answer (what an ``attention_tracker`` with
+  ``span: generated`` reads), by the analyzer's own code.
 - ``data_token_residuals``: the residual stream after chosen layers at every
   token of a row's untrusted data message (what the ``token_probe``
   analyzer reads), one row at a time.
@@ -26,6 +29,7 @@ import torch
 from tqdm import tqdm
 
 from innerguard.hooks.analyzers import head_focus
+from innerguard.hooks.analyzers.attention_tracker import generated_head_shares, span_keys
 from innerguard.engine.capture import CaptureSpec, capture
 from innerguard.engine.errors import InnerguardError
 from innerguard.engine.plan import ModelGeometry
@@ -123,6 +127,40 @@ def head_ratios(target, rows: Sequence[dict], geometry: ModelGeometry, *, progre
                                        geometry, result.attention_scale[layer])
         out.append(ratios)
     return torch.stack(out)
+
+
+def answer_head_shares(target, rows: Sequence[dict], answers: Sequence[str], geometry: ModelGeometry, toward: str, *,
+                       progress: bool = False, chunk: int = 16, desc: str = "answers") -> list[torch.Tensor]:
+    """Per row, float32 ``[answer tokens, layers, heads]``: at each token of
+    the answer (the conversation's last, assistant, message), each head's
+    share of its attention to the instruction (system/developer messages)
+    and the data (every other message but the assistant's) that goes toward
+    ``toward`` ("trusted": the instruction; "untrusted": the data)."""
+    h, h_kv, d = geometry.num_heads, geometry.num_kv_heads, geometry.head_dim
+    spec = CaptureSpec(qk=tuple((layer, tuple(range(h))) for layer in range(geometry.num_layers)), mode="all_tokens")
+    with_answers = [{"id": row["id"], "messages": [*row["messages"], {"role": "assistant", "content": answer}]}
+                    for row, answer in zip(rows, answers)]
+    out = []
+    for row, result in _captured(target, with_answers, spec, desc, chunk, progress):
+        if not result.messages or result.messages[-1][0] != "assistant" or result.messages[-1][2] <= result.messages[-1][1]:
+            raise FeatureError(f"row {row['id']!r}: the capture carries no answer tokens (is it a chat rendering?)")
+        _, start, end = result.messages[-1]
+        spans = {"trusted": [(s, e) for role, s, e in result.messages[:-1] if role in TRUSTED_ROLES and e > s],
+                 "untrusted": [(s, e) for role, s, e in result.messages[:-1] if role not in TRUSTED_ROLES + NEUTRAL_ROLES and e > s]}
+        other = "untrusted" if toward == "trusted" else "trusted"
+        kept = (result.positions >= start) & (result.positions < end)
+        if int(kept.sum()) != end - start:
+            raise FeatureError(f"row {row['id']!r}: the capture lacks answer tokens (capture mode all_tokens?)")
+        shares = torch.empty(end - start, geometry.num_layers, h)
+        for layer in range(geometry.num_layers):
+            if result.heads.get(layer) != tuple(range(h)):
+                raise FeatureError(f"layer {layer}: the capture holds heads {result.heads.get(layer)}, not all {h}")
+            k = result.prompt_keys(layer).float().reshape(result.num_prompt_tokens, h_kv * d)
+            keys = span_keys(k, range(h), spans[toward], spans[other], geometry)
+            q = result.q[layer][kept].float().reshape(end - start, h * d)
+            shares[:, layer] = generated_head_shares(q, keys, geometry, result.attention_scale[layer])
+        out.append(shares)
+    return out
 
 
 def data_token_residuals(target, rows: Sequence[dict], layers: Sequence[int], *, progress: bool = False,

@@ -15,6 +15,16 @@ The protocol's words, texts and override templates are
 draws the pairs. Supervised mode (``--data``): labelled rows instead, label
 0 = normal, label 1 = attack, the same criterion.
 
+Answers (``--generated``): the heads an ``attention_tracker`` with ``span:
+generated`` reads. Each ``--data`` row carries a ``completion``; every
+token of it gets each head's share of span attention toward ``--toward``
+(trusted or untrusted), pooled as the analyzer pools (the largest mean over
+``--window`` consecutive tokens), and the ``--top`` heads whose pooled
+share ranks the label-1 answers (those that should fire) above the label-0
+ones best (the highest AUROC) are kept. Not the margin above: a head that
+reads the span more only while the model copies from it (few tokens of a
+long answer) has a wide spread, and the margin passes it over.
+
 The analyzer averages the chosen heads with equal weight and reads no
 per-head weights, so none are written.
 """
@@ -43,7 +53,9 @@ BUILTIN = "innerguard:engine/build/protocols/attention-tracker.json"  # how the 
 class HeadsParams(Params):
     kind: ClassVar[str] = "heads"
     FLAGS: ClassVar[dict[str, str]] = {"model": "--model", "data": "--data", "protocol": "--protocol", "samples": "--samples",
-                                       "k": "-k", "min_heads": "--min-heads", "heldout": "--heldout", "seed": "--seed"}
+                                       "k": "-k", "min_heads": "--min-heads", "heldout": "--heldout", "seed": "--seed",
+                                       "generated": "--generated", "toward": "--toward", "window": "--window",
+                                       "top": "--top"}
     INPUTS: ClassVar[tuple[str, ...]] = ("data", "protocol", "heldout")
 
     model: str = ""
@@ -54,6 +66,10 @@ class HeadsParams(Params):
     min_heads: int = 3
     heldout: str | None = None  # labelled rows for the held-out AUROC
     seed: int = 0
+    generated: bool = False  # heads for span: generated, from the rows' completions
+    toward: str | None = None  # generated: the span the share goes toward (trusted)
+    window: int | None = None  # generated: the analyzer's window (8)
+    top: int | None = None  # generated: heads kept (3)
 
 
 def check(params: HeadsParams) -> None:
@@ -65,6 +81,16 @@ def check(params: HeadsParams) -> None:
         raise data_lib.BuildDataError(f"--samples {params.samples}: the protocol needs at least 2 pairs")
     if params.min_heads < 1:
         raise data_lib.BuildDataError(f"--min-heads {params.min_heads}: must be at least 1")
+    if params.generated and not params.data:
+        raise data_lib.BuildDataError("--generated reads the answers of labelled rows", hint="give --data rows with a 'completion'")
+    if not params.generated and (params.toward is not None or params.window is not None or params.top is not None):
+        raise data_lib.BuildDataError("--toward, --window and --top apply only with --generated")
+    if params.top is not None and params.top < 1:
+        raise data_lib.BuildDataError(f"--top {params.top}: must be at least 1")
+    if params.toward not in (None, "trusted", "untrusted"):
+        raise data_lib.BuildDataError(f"--toward {params.toward}: trusted or untrusted")
+    if params.window is not None and params.window < 1:
+        raise data_lib.BuildDataError(f"--window {params.window}: must be at least 1")
 
 
 def protocol_rows(path: Path, samples: int, seed: int) -> tuple[list[dict], list[int]]:
@@ -94,10 +120,12 @@ def protocol_rows(path: Path, samples: int, seed: int) -> tuple[list[dict], list
 
 
 def build_heads(target, params: HeadsParams, *, progress: bool = False) -> Built:
+    check(params)
+    if params.generated:
+        return _build_generated(target, params, progress)
     model_dir = model_dir_of(target)
     geometry = models.read_geometry(model_dir)
     hashes: dict[str, str] = {}
-    check(params)
     if params.data:
         source = data_lib.read_jsonl(params.data, "--data")
         hashes[source.path] = source.sha256
@@ -166,3 +194,79 @@ def _heldout_line(f: dict[str, Any]) -> str:
     b, i = f["heldout_focus_benign"], f["heldout_focus_injected"]
     return (f"held-out AUROC {f['heldout_auroc']:.3f} ({f['heldout_injected']} injected, {f['heldout_benign']} benign); "
             f"focus benign mean {b[0]:.3f} [{b[1]:.3f}, {b[2]:.3f}], injected mean {i[0]:.3f} [{i[1]:.3f}, {i[2]:.3f}]")
+
+
+# -- heads for the generated tokens (--generated) --------------------------------
+
+def _answers(source: data_lib.DataFile) -> list[str]:
+    answers = []
+    for i, row in enumerate(source.rows):
+        answer = row.get("completion")
+        if not isinstance(answer, str) or not answer:
+            raise data_lib.BuildDataError(f"{source.path} row {i + 1} (id {row['id']}): --generated needs a non-empty "
+                                          "'completion' (the answer whose tokens are read)")
+        answers.append(answer)
+    return answers
+
+
+def pooled(shares: torch.Tensor, window: int) -> torch.Tensor:
+    """``shares`` ``[tokens, ...]`` pooled as the analyzer pools: the largest
+    mean over ``window`` consecutive tokens (all of them when fewer)."""
+    if shares.shape[0] <= window:
+        return shares.mean(0)
+    return shares.unfold(0, window, 1).mean(-1).amax(0)
+
+
+def _build_generated(target, params: HeadsParams, progress: bool) -> Built:
+    model_dir = model_dir_of(target)
+    geometry = models.read_geometry(model_dir)
+    toward, window = params.toward or "trusted", params.window or 8
+    source = data_lib.read_jsonl(params.data, "--data")
+    hashes = {source.path: source.sha256}
+    rows, labels = data_lib.labelled(source)
+    if min(labels.count(0), labels.count(1)) < 2:
+        raise data_lib.BuildDataError("head selection needs at least 2 answers of each label (a standard deviation)")
+    shares = features.answer_head_shares(target, rows, _answers(source), geometry, toward, progress=progress,
+                                         desc="selection answers")
+    values = torch.stack([pooled(s, window) for s in shares])  # [rows, layers, heads]
+    y = torch.tensor(labels)
+    negative, positive = values[y == 0], values[y == 1]
+    ranks = torch.tensor([[auroc(values[:, layer, head].tolist(), labels) for head in range(geometry.num_heads)]
+                          for layer in range(geometry.num_layers)])
+    best = ranks.flatten().topk(min(params.top or 3, ranks.numel())).indices.sort().values
+    heads = torch.stack([best // geometry.num_heads, best % geometry.num_heads], 1).to(torch.int64)
+    report = [f"selected the {len(heads)} heads of highest AUROC ({len(negative)} label-0 / {len(positive)} label-1 "
+              f"answers, toward {toward}, window {window}: {params.data})"]
+    for layer, head in heads.tolist():
+        report.append(f"  layer {layer:2d} head {head}: AUROC {float(ranks[layer, head]):.3f}  "
+                      f"label 0 {float(negative[:, layer, head].mean()):.4f}±{float(negative[:, layer, head].std()):.4f}  "
+                      f"label 1 {float(positive[:, layer, head].mean()):.4f}±{float(positive[:, layer, head].std()):.4f}")
+    signal = _signal(shares, heads, window)
+    below = sorted(v for v, label in zip(signal, labels) if label == 0)
+    figures: dict[str, Any] = {"heads": len(heads), "negative": len(negative), "positive": len(positive),
+                               "fit_auroc": round(auroc(signal, labels), 4), "fit_label0_max": round(below[-1], 6)}
+    if params.heldout:
+        heldout = data_lib.read_jsonl(params.heldout, "--heldout")
+        hashes[heldout.path] = heldout.sha256
+        held_rows, held_labels = data_lib.labelled(heldout)
+        held = features.answer_head_shares(target, held_rows, _answers(heldout), geometry, toward, progress=progress,
+                                           desc="held-out answers")
+        signal = _signal(held, heads, window)
+        figures.update(heldout_auroc=round(auroc(signal, held_labels), 4), heldout_rows=len(held_labels))
+        report.append(f"held-out AUROC {figures['heldout_auroc']:.3f} ({sum(held_labels)} label 1, "
+                      f"{len(held_labels) - sum(held_labels)} label 0)")
+    report.append(f"fit AUROC {figures['fit_auroc']:.3f} (the signal: mean over the kept heads per token, then pooled); "
+                  f"largest label-0 value {below[-1]:.6f} (a threshold above it stops no label-0 answer of --data)")
+    metadata = {
+        **model_metadata(params, model_dir),
+        "protocol": f"generated-token head selection: the {len(heads)} (layer, head) of highest AUROC (label 1 high) of the "
+                    f"largest {window}-token mean, over an answer's tokens, of a_{toward} / (a_trusted + a_untrusted); "
+                    "trusted = system/developer messages, untrusted = the others; heads are unweighted",
+        "selection": f"generated top={len(heads)} toward={toward} window={window} data={params.data}",
+    }
+    return Built(params, {"heads": heads.contiguous()}, metadata, report, figures, hashes)
+
+
+def _signal(shares: list[torch.Tensor], heads: torch.Tensor, window: int) -> list[float]:
+    """The analyzer's value of each answer: per token the mean over ``heads``, then pooled."""
+    return [float(pooled(s[:, heads[:, 0], heads[:, 1]].mean(-1), window)) for s in shares]

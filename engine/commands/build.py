@@ -45,6 +45,13 @@ If no head passes, the --min-heads best-margin heads are written (with a warning
 --heldout FILE (labelled rows) prints the AUROC of the focus score (mean ratio over the kept heads).
 No per-head weights are written: the attention_tracker analyzer averages its heads with equal weight.
 
+--generated (heads for span: generated): every --data row carries a "completion"; at each of its tokens,
+each head's share of span attention toward --toward (trusted: the system/developer messages; untrusted:
+the others) is pooled as the analyzer pools (largest mean over --window tokens). Kept: the --top heads
+whose pooled share ranks label 1 (the answers that should fire, e.g. recitals of the system prompt)
+above label 0 best (AUROC); -k and --min-heads do not apply. The report gives the largest label-0 value
+of the kept heads' signal, a threshold that stops no label-0 answer of --data.
+
 example (the shipped heads):
   innerguard build heads --model smollm2-135m-instruct -k 1 --samples 40 --seed 0 \\
       --heldout data/artifacts/injection-heads-heldout.jsonl \\
@@ -159,6 +166,12 @@ def register(subparsers) -> None:
     heads.add_argument("--min-heads", type=int, default=3, help="fewer kept heads than this is warned about (default 3)")
     heads.add_argument("--heldout", help="labelled rows for the held-out AUROC of the focus score")
     heads.add_argument("--seed", type=int, default=0, help="draws the protocol's words and overrides (default 0)")
+    heads.add_argument("--generated", action="store_true",
+                       help="heads for an attention_tracker with span: generated, read from the --data rows' completions")
+    heads.add_argument("--toward", choices=["trusted", "untrusted"],
+                       help="--generated: the span the label-1 answers read more (default trusted)")
+    heads.add_argument("--window", type=int, help="--generated: the signal's window (default 8)")
+    heads.add_argument("--top", type=int, help="--generated: heads kept, those of highest AUROC (default 3)")
     heads.add_argument("--out", required=True, help="the artifact to write (.safetensors)")
     heads.set_defaults(func=_heads)
 
@@ -240,7 +253,8 @@ def _heads(args) -> int:
         raise InnerguardError("--samples applies to the protocol mode; --data brings its own rows", hint="drop --samples")
     params = HeadsParams(model=args.model, data=args.data, protocol=args.protocol,
                          samples=None if args.data else (args.samples if args.samples is not None else 40),
-                         k=args.k, min_heads=args.min_heads, heldout=args.heldout, seed=args.seed)
+                         k=args.k, min_heads=args.min_heads, heldout=args.heldout, seed=args.seed,
+                         generated=args.generated, toward=args.toward, window=args.window, top=args.top)
     check(params)
     _precheck_files(params)
     return _build(args, params)

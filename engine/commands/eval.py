@@ -25,8 +25,9 @@ data rows (one JSON object per line):
   {"messages": [{"role": "system", "content": "..."}, {"role": "user", "content": "..."}], "label": 0}
   {"messages": [...], "completion": "a given answer", "label": 1}
   label 1: the policy should act (block, or steer/flag/stop for a policy without a block rule); label 0: it should not. 'style' groups the per-style report.
-  'completion': for a policy whose rules read a token_probe on the generated tokens: the answer is teacher forced (its tokens
-  follow the prompt and are scored as if the model had written them); its score is the signal's value at the answer's end.
+  'completion': for a policy with output rules: the answer is teacher forced (its tokens follow the prompt; the worker reads
+  them as if the model had written them, for token probes and attention trackers with span: generated, and the text rules
+  read its text token by token); the score is the signal's value at the answer's end, and a stop counts as the policy acting.
 
 the score: --score SIGNAL (or POLICY.SIGNAL, or A,B for their maximum); default: the numeric
 signals the first block rule compares with a constant in the same direction, combined by max

@@ -1,8 +1,8 @@
 """Labelled evaluation rows: JSON lines with ``label`` (1 = the policy should
 act, 0 = it should not) and either ``instruction``/``data`` or ``messages``;
 ``style`` (optional) groups rows in the per-style report; ``completion``
-(optional) a given answer, teacher forced: the decode rules (token probes on
-generated tokens) read its tokens as if the model had written them."""
+(optional) a given answer, teacher forced: the output rules read it as if
+the model had written it (the worker its tokens, the engine its text)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

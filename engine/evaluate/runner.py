@@ -22,7 +22,7 @@ def result_of(row: LabelledRow, out: Any, score: Score) -> RowResult:
     signals = dict(out.signals or {})
     if decision:
         signals.update(decision.get("signals") or {})
-    # Decode rules read a teacher-forced completion: their value at its end, and whether one fired.
+    # Output rules read a teacher-forced completion: the decode signals' values at its end, and whether a rule fired.
     signals.update((getattr(out, "decode_values", None) or {}).get(0, {}))
     decoded = any(e.get("policy") == score.policy and e.get("rule_action") == score.action
                   for e in getattr(out, "output_decisions", None) or ())

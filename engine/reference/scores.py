@@ -145,22 +145,27 @@ def reference_token_scores(model: Any, input_ids, weights: dict[int, torch.Tenso
     return scores
 
 
+def reference_generated_head_shares(model: Any, input_ids, toward: Sequence[Range], other: Sequence[Range],
+                                    rows: Range) -> torch.Tensor:
+    """For each query position p in ``rows`` (generated tokens, teacher
+    forced: the prompt and the completion as ``input_ids``) and EVERY head,
+    Hugging Face's attention weight on the ``toward`` span over its weight
+    on both spans (0 when ``toward`` is empty): float64 ``[rows, layers, heads]``."""
+    attentions = run(model, input_ids, attentions=True).attentions  # per layer [1, H, T, T]
+    weights = torch.stack([a[0, :, rows[0]:rows[1]] for a in attentions]).double()  # [L, H, rows, T]
+    toward_at, other_at = _positions(toward), _positions(other)
+    a = weights[..., toward_at].sum(-1) if toward_at else torch.zeros(weights.shape[:-1], dtype=torch.float64)
+    b = weights[..., other_at].sum(-1) if other_at else torch.zeros(weights.shape[:-1], dtype=torch.float64)
+    shares = torch.where(a > 0, a / (a + b), torch.zeros_like(a))
+    return shares.permute(2, 0, 1)
+
+
 def reference_generated_focus(model: Any, input_ids, toward: Sequence[Range], other: Sequence[Range],
                               heads: Sequence[tuple[int, int]], rows: Range) -> list[float]:
-    """For each query position p in ``rows`` (generated tokens, teacher
-    forced: the prompt and the completion as ``input_ids``), the mean over
-    ``heads`` of Hugging Face's attention weight on the ``toward`` span over
-    its weight on both spans (0 when ``toward`` is empty)."""
-    attentions = run(model, input_ids, attentions=True).attentions
-    toward_at, other_at = _positions(toward), _positions(other)
-    values = [0.0] * (rows[1] - rows[0])
-    for layer, head in heads:
-        weights = attentions[layer][0, head, rows[0]:rows[1]].double()  # [rows, T]
-        for i, row in enumerate(weights):
-            a = float(row[toward_at].sum()) if toward_at else 0.0
-            b = float(row[other_at].sum()) if other_at else 0.0
-            values[i] += a / (a + b) if a > 0 else 0.0
-    return [v / len(heads) for v in values]
+    """Per query position in ``rows``, the mean over ``heads`` of
+    :func:`reference_generated_head_shares`."""
+    shares = reference_generated_head_shares(model, input_ids, toward, other, rows)
+    return [sum(float(row[layer, head]) for layer, head in heads) / len(heads) for row in shares]
 
 
 def reference_token_probe(

@@ -97,3 +97,45 @@ def test_supervised_rows_select_like_the_protocol_and_report_heldout_auroc(built
     assert 0.0 <= supervised.figures["heldout_auroc"] <= 1.0
     assert supervised.figures["heldout_benign"] == 4 and supervised.figures["heldout_injected"] == 4
     assert any(line.startswith("held-out AUROC") for line in supervised.report)
+
+
+# -- --generated: heads for an attention_tracker on the generated tokens --------
+
+ANSWERS = DATA.parent / "system-prompt-leak" / "answers-fit.jsonl"
+
+
+def test_answer_head_shares_from_vllm_captures_match_the_reference(recording_llm, reference, smollm2_dir):
+    """Every head's share toward the system prompt at every answer token,
+    from Q/K captured inside vLLM by the analyzer's own code, equals Hugging
+    Face's attention weights (the answer as the last, assistant, message)."""
+    from innerguard.engine.build.features import answer_head_shares
+    from innerguard.engine.reference.scores import reference_generated_head_shares
+
+    model, tokenizer = reference
+    rows = [json.loads(line) for line in ANSWERS.read_text().splitlines()[:3]]
+    got = answer_head_shares(recording_llm, rows, [r["completion"] for r in rows], read_geometry(smollm2_dir), "trusted")
+    for row, shares in zip(rows, got):
+        spans = chat_spans(tokenizer, [*row["messages"], {"role": "assistant", "content": row["completion"]}],
+                           trusted_roles=("system", "developer"), add_generation_prompt=False)
+        (answer,) = spans.role("assistant")
+        want = reference_generated_head_shares(model, spans.input_ids, spans.role("system"), spans.role("user"), answer)
+        assert shares.shape == want.shape and shares.shape[0] == answer[1] - answer[0] > 0
+        assert float((shares.double() - want).abs().max()) < 1e-4
+
+
+def test_generated_heads_are_those_that_rank_the_answers_best(recording_llm, smollm2_dir, tmp_path):
+    """Four recitals of the system prompt against four ordinary answers:
+    the kept heads are the --top of highest AUROC, and the recipe says how
+    they were chosen."""
+    lines = ANSWERS.read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
+    picked = [r for r in rows if r["style"] == "recital"][:4] + [r for r in rows if r["label"] == 0][:4]
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    built = build_heads(recording_llm, HeadsParams(model=str(smollm2_dir), data=str(data), samples=None, generated=True, top=2))
+    heads = built.tensors["heads"]
+    assert heads.dtype == torch.int64 and heads.shape == (2, 2)
+    assert built.figures["fit_auroc"] == 1.0  # recitals read the system prompt more, at every kept head
+    assert "--generated" in built.params.command(None) and "--top 2" in built.params.command(None)
+    with pytest.raises(Exception, match="only with --generated"):
+        build_heads(recording_llm, HeadsParams(model=str(smollm2_dir), data=str(data), samples=None, toward="trusted"))

@@ -135,7 +135,10 @@ def test_a_repeats_signal_and_output_settings_compile_into_the_plan(smollm2_dir)
     assert result.returncode == 0, result.stderr
     plan = json.loads(result.stdout)
     jsonschema.Draft202012Validator(json.loads((ROOT / "schemas" / "plan.schema.json").read_text())).validate(plan)
-    (analyzer,) = plan["analyzers"]
-    assert {k: analyzer["params"][k] for k in ("span", "repeats", "words")} == {"span": "generated", "repeats": "trusted", "words": 8}
-    (rule,) = plan["policies"][0]["rules"]
-    assert {k: rule["params"][k] for k in ("output", "hold_back", "every")} == {"output": True, "hold_back": 12, "every": 1}
+    text, attention = sorted(plan["analyzers"], key=lambda a: a["kind"] != "text")
+    assert {k: text["params"][k] for k in ("span", "repeats", "words")} == {"span": "generated", "repeats": "trusted", "words": 8}
+    assert attention["kind"] == "attention_tracker" and len(attention["params"]["heads"]) == 3
+    assert {k: attention["params"][k] for k in ("span", "toward", "window")} == {"span": "generated", "toward": "trusted", "window": 8}
+    recites, reads = plan["policies"][0]["rules"]
+    assert {k: recites["params"][k] for k in ("output", "hold_back", "every")} == {"output": True, "hold_back": 12, "every": 1}
+    assert "decode" not in recites["params"] and reads["params"]["decode"] is True  # the engine reads one, the worker the other

@@ -329,3 +329,29 @@ def test_a_teacher_forced_answer_is_read_by_the_text_rules_as_if_written(tmp_pat
     clean.read_forced(["The ", "The horse"])
     clean.update(SimpleNamespace(outputs=[after]))
     assert clean.outputs() == [after] and clean.events() == []
+
+
+def test_the_step_reads_its_decoding_requests_together_as_each_alone():
+    """decode_focus.py pads the span keys of the step's one-token readers
+    into one product per layer: each request's share equals
+    generated_shares on its own keys, whatever their lengths (a prompt with
+    no token toward the span included), and the padded keys are kept only
+    while the same requests decode."""
+    from innerguard.hooks.analyzers.attention import HeadGeometry
+    from innerguard.hooks.analyzers.attention_tracker import generated_shares, span_keys
+    from innerguard.hooks.decode_focus import _batched_shares, _padded
+
+    geometry = HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8)
+    g = torch.Generator().manual_seed(5)
+    heads = [1, 4]
+    spans = [([(1, 9)], [(10, 30)]), ([(0, 3)], [(4, 6)]), ([], [(2, 12)]), ([(5, 40)], [])]
+    keys = [span_keys(torch.randn(41, 2 * 8, generator=g), heads, toward, other, geometry) for toward, other in spans]
+    members = [SimpleNamespace(state=SimpleNamespace(decode=SimpleNamespace(span_keys={"s": {7: k}}))) for k in keys]
+    q = torch.randn(len(members), 6 * 8, generator=g)
+    cache: dict = {}
+    padded = _padded(cache, "s", 7, members, 0.25)
+    got = _batched_shares(q, padded, geometry)
+    want = torch.cat([generated_shares(q[i:i + 1], k, geometry, 0.25) for i, k in enumerate(keys)])
+    assert torch.allclose(got, want, atol=1e-6) and got[2] == 0 and torch.allclose(got[3], torch.tensor(2.0))
+    assert _padded(cache, "s", 7, members, 0.25) is padded  # the same requests: kept
+    assert _padded(cache, "s", 7, members[:3], 0.25) is not padded  # one left: rebuilt

@@ -223,7 +223,7 @@ def test_a_scan_of_a_growing_text_finds_what_a_whole_search_finds_at_every_step(
 def test_a_repeats_signal_stops_where_the_recital_starts(tmp_path):
     example = Path(__file__).resolve().parents[2] / "examples" / "system-prompt-leak" / "system-prompt-leak.yaml"
     policy = load_file(example).policy
-    analyzers = [AnalyzerSpec(signal=policy.qualified(s.name), kind="text", params={**s.params(), "policy": policy.name})
+    analyzers = [AnalyzerSpec(signal=policy.qualified(s.name), kind=s.analyzer, params={**s.params(), "policy": policy.name})
                  for s in policy.signals]
     rules = OutputRules(SimpleNamespace(analyzers=analyzers))
     program = policy.to_program()

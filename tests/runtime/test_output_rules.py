@@ -107,6 +107,25 @@ def test_a_stop_returns_nothing_from_the_token_where_the_match_starts(watched, t
     assert (recorded["rule"], recorded["token_index"], recorded["policy"]["name"]) == ("stop-word", tokens, "words")
 
 
+def test_the_text_rules_read_a_teacher_forced_answer_as_if_the_model_wrote_it(watched):
+    """``innerguard eval`` on labelled answers (rows with a ``completion``):
+    the engine's text rules read the given answer token by token, and stop
+    at the token where the match starts, as they would have live."""
+    llm, folder, _, free, _ = watched
+    word = _word_after(free.text, len(free.text) // 3)
+    llm.reload(_write(folder, word))
+    try:
+        (forced,) = llm.run([{"id": "forced", "messages": CHAT, "completion": free.text, "max_tokens": 1}])
+        (live,) = llm.chat(CHAT, watched[4])
+    finally:
+        llm.reload(_write(folder, "QQQ-never-written"))
+    assert forced.error is None and forced.finish_reason == "content_filter" and forced.token_ids == ()
+    (event,) = forced.output_decisions
+    (live_event,) = live.output_decisions
+    assert (event["rule"], event["applied"]) == ("stop-word", True)
+    assert event["token_index"] == live_event["token_index"] == len(live.token_ids)
+
+
 def test_rules_read_every_k_tokens_cut_where_rules_read_every_token_do(watched):
     """``output: {every: 5}``: the rules read the text a few tokens after the
     word is written, and the cut is still the token where it starts. The
@@ -169,10 +188,12 @@ RECITE = [{"role": "system", "content": SECRET},
 
 
 def test_a_recital_of_the_system_prompt_is_stopped_where_it_starts(watched):
-    """examples/system-prompt-leak: no canary, the signal compares the answer
-    with the request's own system message. SmolLM2 recites it when asked
-    (checked first, unguarded); guarded, nothing from the recital's first
-    word on is returned."""
+    """examples/system-prompt-leak: no canary, one signal compares the answer
+    with the request's own system message, the other reads how much the
+    model attends to it while writing. SmolLM2 recites it when asked
+    (checked first, unguarded); guarded, the attention rule stops it first,
+    and no 3 consecutive words of it are returned. (The text rule alone
+    cuts where the recital starts: test_output_watch.py.)"""
     from innerguard.engine.textmatch import RepeatMatcher
 
     llm, folder, _, _, params = watched
@@ -183,6 +204,9 @@ def test_a_recital_of_the_system_prompt_is_stopped_where_it_starts(watched):
     assert run is not None, f"SmolLM2 did not recite the system prompt: {free.text!r}"
     example = EXAMPLES / "system-prompt-leak" / "system-prompt-leak.yaml"
     (folder / example.name).write_text(example.read_text())
+    copy_decode_artifacts(SHIPPED, folder)
+    for artifact in (example.parent / "artifacts").iterdir():
+        shutil.copy(artifact, folder / "artifacts" / artifact.name)
     try:
         llm.reload(folder)
         (out,) = llm.chat(RECITE, params)
@@ -191,12 +215,11 @@ def test_a_recital_of_the_system_prompt_is_stopped_where_it_starts(watched):
         llm.reload(folder)
     assert out.finish_reason == "content_filter" and out.action == "stop"
     assert tuple(free.token_ids[:len(out.token_ids)]) == out.token_ids
-    assert recital.search(out.text) is None and len(out.text) <= run.start
+    assert RepeatMatcher(SECRET, 3).search(out.text) is None and len(out.text) < len(free.text)
     (event,) = out.output_decisions
     assert (event["policy"], event["rule"], event["token_index"]) == (
-        "system-prompt-leak", "stop-system-prompt-leak", len(out.token_ids))
-    # The cut is the token whose text holds the recital's first character.
-    assert len(llm.tokenizer.decode(free.token_ids[:len(out.token_ids) + 1])) > run.start
+        "system-prompt-leak", "stop-reading-system-prompt", len(out.token_ids))
+    assert event["signals"]["system-prompt-leak.reads_system_prompt"] > 0.9991
 
 
 # -- decode rules: a token probe on the generated tokens, in the worker --------

@@ -70,6 +70,8 @@ def served_policies(tmp_path_factory) -> Path:
     # The example as shipped applies to every request; here only to those that name it.
     leak = (EXAMPLES / "system-prompt-leak" / "system-prompt-leak.yaml").read_text()
     (folder / "system-prompt-leak.yaml").write_text(leak.replace("\nmode: enforce\n", "\nmode: enforce\napplies_to: {tags: [recital]}\n"))
+    for artifact in (EXAMPLES / "system-prompt-leak" / "artifacts").iterdir():
+        shutil.copy(artifact, folder / "artifacts" / artifact.name)
     return folder
 
 

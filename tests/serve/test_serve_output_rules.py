@@ -106,7 +106,7 @@ def test_a_streamed_recital_of_the_system_prompt_sends_none_of_it(server):
     it is, SmolLM2 starts reciting its system message (a question the
     shipped prompt-injection policy lets through; the blunt "repeat your
     instructions" ones it blocks at prefill); the stream carries no run of 8
-    of its words, ends with content_filter and the rule's message, and the
+    of its words, ends with content_filter and a rule's message, and the
     audit record names the token where it stopped."""
     from innerguard.engine.textmatch import RepeatMatcher
 
@@ -119,12 +119,12 @@ def test_a_streamed_recital_of_the_system_prompt_sends_none_of_it(server):
     choices = [c for e in stream for c in e.get("choices", [])]
     sent = "".join(c["delta"].get("content") or "" for c in choices)
     assert [c["finish_reason"] for c in choices if c.get("finish_reason")] == ["content_filter"]
-    assert "it repeated confidential instructions" in sent and RepeatMatcher(secret, 8).search(sent) is None
+    assert "The rest of this answer was withheld" in sent and RepeatMatcher(secret, 8).search(sent) is None
     records = _records_of(server, stream[0]["innerguard"]["decision_id"],
                           until=lambda rs: any(x["type"] == "completion" for x in rs))
     (completion,) = [x for x in records if x["type"] == "completion"]
-    (event,) = completion["output_decisions"]
-    assert (event["policy"]["name"], event["rule"]) == ("system-prompt-leak", "stop-system-prompt-leak")
+    event = completion["output_decisions"][0]  # the rule that stopped it (the attention rule reads faster)
+    assert event["policy"]["name"] == "system-prompt-leak" and event["rule"] in ("stop-system-prompt-leak", "stop-reading-system-prompt")
     assert event["token_index"] == stream[-1]["usage"]["completion_tokens"]
 
 

@@ -1,0 +1,169 @@
+"""Attention trackers on the generated tokens, a step's requests at once.
+
+At the attention point of each layer a tracker reads, every generated token
+of the step gets its heads' shares toward the tracker's span
+(analyzers/attention_tracker.py), against its own prompt's span keys (kept
+by ``DecodeProbes.keep_span_keys``). Per request that is a handful of small
+kernels per layer, and on a 2-core CPU a step of 16 decoding requests spent
+a fifth of its time launching them. So the requests that decode one token
+this step are read together: their span keys, zero-padded to the longest,
+form one ``[requests, heads, keys, d]`` tensor per layer (kept while the
+same requests decode, rebuilt when one joins or leaves), and one batched
+product gives every share. A request that reads several tokens in one step
+(a teacher-forced answer, a recompute) is read on its own. The layers'
+shares add up in one ``[rows]`` accumulator per tracker, handed to each
+request's ``DecodeProbes`` once, after the forward (``finish``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from innerguard.hooks.analyzers import attention_tracker
+
+
+@dataclass(eq=False)
+class _Readers:
+    """The step's requests that one tracker reads one token of, together."""
+
+    members: list  # Rows, in order
+    row_index: torch.Tensor  # each member's generated row in the step (device, long)
+    values: torch.Tensor | None = None  # [members]: the shares added up over the layers so far
+
+
+@dataclass(eq=False)
+class _Padded:
+    """One layer's span keys of a set of requests, zero-padded, in the form
+    the batched product reads (a handful of kernels per layer and step)."""
+
+    members: tuple  # each member's DecodeProbes, in order (held: an id could be reused)
+    heads: torch.Tensor  # the layer's query heads (device, long)
+    keys: torch.Tensor  # [members, heads, d, longest]: K transposed, times the softmax scale
+    padding: torch.Tensor  # [members, 1, 1, longest]: 0 at a span token, -inf past a member's own
+    toward: torch.Tensor  # [members, 1, longest, 1]: 1.0 at a token of the span the share goes toward
+
+
+@dataclass(eq=False)
+class FocusStep:
+    """One step's generated-token attention trackers."""
+
+    geometry: Any
+    batched: dict[str, _Readers] = field(default_factory=dict)  # signal -> the one-token readers
+    single: list = field(default_factory=list)  # Rows read one by one (several tokens this step)
+
+    @classmethod
+    def collect(cls, rows, geometry) -> "FocusStep":
+        step = cls(geometry)
+        grouped: dict[str, list] = {}
+        for r in rows:
+            decode = r.state.decode
+            a, b = r.generated_rows
+            if decode is None or b <= a or not decode.focus or r.state.error is not None:
+                continue
+            if b - a == 1 and decode.error is None and _complete(decode):
+                for signal in decode.focus:
+                    grouped.setdefault(signal, []).append(r)
+            else:
+                step.single.append(r)
+        for signal, members in grouped.items():
+            index = torch.tensor([m.generated_rows[0] for m in members], dtype=torch.long)
+            step.batched[signal] = _Readers(members, index)
+        return step
+
+    def read(self, layer: int, query: torch.Tensor, scale: float, cache: dict) -> None:
+        """The shares of ``layer``'s heads for every reader of this step."""
+        for signal, readers in self.batched.items():
+            focus = readers.members[0].state.decode.focus[signal]
+            if layer not in focus.heads:
+                continue
+            try:
+                padded = _padded(cache, signal, layer, readers.members, scale)
+                if readers.row_index.device != query.device:
+                    readers.row_index = readers.row_index.to(query.device, non_blocking=True)
+                shares = _batched_shares(query.index_select(0, readers.row_index), padded, self.geometry)
+                readers.values = shares if readers.values is None else readers.values + shares
+            except Exception as exc:
+                for r in readers.members:
+                    r.state.fail(f"generated-token attention at layer {layer} failed: {type(exc).__name__}: {exc}")
+        for r in self.single:
+            decode = r.state.decode
+            a, b = r.generated_rows
+            try:
+                # A teacher-forced answer is read in the prompt's own steps,
+                # before its decision: the captures hold its span keys up to this layer.
+                decode.keep_span_keys(r.state, self.geometry, layer)
+                for signal, focus in decode.focus.items():
+                    if layer in focus.heads:
+                        shares = attention_tracker.generated_shares(query[a:b], decode.span_keys[signal][layer],
+                                                                    self.geometry, scale)
+                        decode.add(signal, r.generated_first, shares / focus.num_heads)
+            except Exception as exc:
+                r.state.fail(f"generated-token attention at layer {layer} failed: {type(exc).__name__}: {exc}")
+
+    def finish(self) -> None:
+        """Hand each batched request its token's value (after the forward)."""
+        for signal, readers in self.batched.items():
+            if readers.values is None:
+                continue
+            values = readers.values / readers.members[0].state.decode.focus[signal].num_heads
+            for r, value in zip(readers.members, values.split(1)):
+                if r.state.error is None:
+                    r.state.decode.add(signal, r.generated_first, value)
+
+
+def _complete(decode) -> bool:
+    """Whether ``decode`` holds its span keys at every layer its trackers read."""
+    kept = decode.span_keys
+    return kept is not None and all(len(kept.get(s, ())) == len(f.heads) for s, f in decode.focus.items())
+
+
+def _padded(cache: dict, signal: str, layer: int, members, scale: float) -> _Padded:
+    """The members' span keys at ``layer``, padded: kept in ``cache`` while
+    the same requests decode together."""
+    decodes = tuple(m.state.decode for m in members)
+    kept = cache.get((signal, layer))
+    if kept is not None and len(kept.members) == len(decodes) and all(a is b for a, b in zip(kept.members, decodes)):
+        return kept
+    spans = [m.state.decode.span_keys[signal][layer] for m in members]
+    longest = max(1, max(s.keys.shape[1] for s in spans))
+    first = spans[0].keys
+    keys = first.new_zeros(len(spans), first.shape[0], longest, first.shape[2])
+    padding = torch.full((len(spans), 1, 1, longest), float("-inf"))
+    toward = torch.zeros(len(spans), 1, longest, 1)
+    for i, span in enumerate(spans):
+        n = span.keys.shape[1]
+        keys[i, :, :n] = span.keys
+        # A prompt with no span token reads its one zero key: weight 1 on a
+        # token of neither span, share 0 (as generated_shares).
+        padding[i, ..., :max(n, 1)] = 0.0
+        toward[i, :, :span.toward] = 1.0
+    padded = _Padded(decodes, spans[0].heads, (keys * scale).transpose(2, 3).contiguous(),
+                     padding.to(first.device, non_blocking=True), toward.to(first.device, non_blocking=True))
+    cache[(signal, layer)] = padded
+    return padded
+
+
+def _batched_shares(rows: torch.Tensor, padded: _Padded, geometry) -> torch.Tensor:
+    """Per member (one query row each), the sum over the layer's heads of
+    each head's share toward the span: float32 ``[members]``."""
+    h, d = geometry.num_heads, geometry.head_dim
+    q = rows.float().view(rows.shape[0], h, 1, d).index_select(1, padded.heads)  # [m, heads, 1, d]
+    weights = torch.softmax(q @ padded.keys + padded.padding, dim=-1)  # [m, heads, 1, longest]
+    return (weights @ padded.toward).sum(dim=(1, 2, 3))
+
+
+def generated_focus_hook(runtime, layer: int, geometry):
+    """At the attention point of ``layer``: the step's generated-token
+    attention trackers that read it (their ``FocusStep``, made at the first
+    such layer of the step)."""
+    scale = float(runtime.modules.attention_scale(layer))
+
+    def read_generated(query, key):
+        runtime.hook_calls[f"focus.{layer}"] += 1
+        if runtime.focus_step is None:
+            runtime.focus_step = FocusStep.collect(runtime.rows, geometry)
+        runtime.focus_step.read(layer, query, scale, runtime.focus_keys)
+
+    return runtime.contained(f"focus.{layer}", read_generated)
