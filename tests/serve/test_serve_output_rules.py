@@ -16,7 +16,10 @@ from serve_requests import ALLOWED, INSTRUCTION, KEY, chat, completion
 from test_serve_audit import _records_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # decode_probe_policy, shared with tests/runtime
-from decode_probe_policy import DECODE_WINDOW, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, firing, reference_decode_scores  # noqa: E402
+from decode_probe_policy import (  # noqa: E402
+    DECODE_WINDOW, FOCUS_WINDOW, HEADS_ARTIFACT, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, firing, focus_policy,
+    reference_decode_focus, reference_decode_scores,
+)
 
 pytestmark = pytest.mark.vllm
 SHIPPED = Path(__file__).resolve().parents[2] / "policies"
@@ -183,12 +186,13 @@ def decode_served(server, served_policies, smollm2_dir):
 
     copy_decode_artifacts(SHIPPED, served_policies)
 
-    def install(threshold: float) -> None:
-        (served_policies / "decode.yaml").write_text(decode_policy(threshold))
+    def install(threshold: float, policy=decode_policy, name: str = "decode.yaml") -> None:
+        (served_policies / name).write_text(policy(threshold))
         assert server.reload().status_code == 200
 
     yield install, load_reference_model(smollm2_dir)
-    (served_policies / "decode.yaml").unlink(missing_ok=True)
+    for name in ("decode.yaml", "focus.yaml"):
+        (served_policies / name).unlink(missing_ok=True)
     assert server.reload().status_code == 200
 
 
@@ -244,3 +248,38 @@ def test_a_streamed_decode_stop_sends_nothing_from_the_window_that_fired(server,
         shorter = min(len(t) for t in tokens.values())
         assert tokens[0][:shorter] == tokens[1][:shorter]
         assert most is None or all(len(t) <= most for t in tokens.values()), (tokens, most)
+
+
+def test_a_streamed_stop_on_attention_sends_nothing_from_the_window_that_fired(server, served_policies, decode_served):
+    """A decode rule on attention (the test policy decode-focus: the shipped
+    injection heads' share toward the system prompt at each generated token)
+    through the server, its threshold placed from the Hugging Face
+    reference's teacher-forced values of the free answer: the stream carries
+    nothing from the firing window's first token on, ends with
+    content_filter, and the audit record names that token."""
+    from innerguard.engine.spans import chat_spans
+
+    install, reference = decode_served
+    focus = {"policies": ["decode-focus"]}
+    install(1.0, focus_policy, "focus.yaml")  # never fires
+    free = _post(server, _long(return_token_ids=True, innerguard=focus)).json()
+    answer = free["choices"][0]
+    assert len(answer["token_ids"]) > FOCUS_WINDOW + 4, answer
+    spans = chat_spans(reference[1], _long()["messages"])
+    assert list(spans.input_ids) == free["prompt_token_ids"]
+    (system,), (user,) = spans.role("system"), spans.role("user")
+    want = reference_decode_focus(reference, served_policies / "artifacts" / HEADS_ARTIFACT, free["prompt_token_ids"],
+                                  answer["token_ids"], system, user)
+    k, threshold = firing(want, FOCUS_WINDOW)
+    cut = k - FOCUS_WINDOW
+    install(threshold, focus_policy, "focus.yaml")
+    stream = _events(_post(server, _long(stream=True, return_token_ids=True, innerguard=focus)))
+    choices = [c for e in stream for c in e.get("choices", [])]
+    assert [c["finish_reason"] for c in choices if c.get("finish_reason")] == ["content_filter"]
+    sent_ids = [t for c in choices for t in c.get("token_ids") or ()]
+    assert sent_ids == answer["token_ids"][:len(sent_ids)] and len(sent_ids) <= cut
+    records = _records_of(server, stream[0]["innerguard"]["decision_id"],
+                          until=lambda rs: any(x["type"] == "completion" for x in rs))
+    (record,) = [x for x in records if x["type"] == "completion"]
+    (event,) = record["output_decisions"]
+    assert (event["policy"]["name"], event["rule"], event["token_index"]) == ("decode-focus", "stop-reading-system", cut)
