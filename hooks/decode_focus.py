@@ -29,7 +29,7 @@ class _Readers:
     """The step's requests that one tracker reads one token of, together."""
 
     members: list  # Rows, in order
-    row_index: torch.Tensor  # each member's generated row in the step (device, long)
+    row_index: torch.Tensor  # each member's generated row in the step (long; moved to the device at first use)
     values: torch.Tensor | None = None  # [members]: the shares added up over the layers so far
 
 
