@@ -37,9 +37,11 @@ for item in .gpukit/part0* .gpukit/chunk.* .gpukit/chunks.txt .gpukit/SHA256SUMS
   [ -e "$item" ] && cp -r "$item" "$STASH"/
 done
 
-# With the tracked tree at ~16 MB, a 58 MB part no longer fits a 64 MiB call:
-# here the parts are re-cut into chunks (cat part00 part01 part02 | split -b 49000000 -d -a 1 - chunk.,
-# sizes listed in chunks.txt), and once every chunk is on the device the parts are cut back out of them.
+# With the tracked tree over ~16 MB, a 58 MB part no longer fits a 64 MiB call:
+# here the parts are re-cut into chunks (cat part00 part01 part02 | split -b SIZE -d -a 1 - chunk.,
+# then "chunk.N bytes" and "partNN bytes" lines in chunks.txt), and once every chunk is on the device the
+# parts are cut back out of them. SIZE: under 64 MiB less the tracked tree, tok and wheels (at a 21.6 MiB
+# tree, 2026-12-07: 5 chunks of 34,700,000 bytes, one call each; 45,000,000 no longer fits).
 reassemble() {
   [ -f "$STASH/chunks.txt" ] && [ ! -f "$STASH/part02" ] || return 0
   local name size offset=0

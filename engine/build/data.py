@@ -43,7 +43,7 @@ def read_jsonl(path: str | Path, what: str) -> DataFile:
     except OSError as exc:
         raise BuildDataError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     try:
-        lines = raw.decode("utf-8").splitlines()
+        lines = raw.decode("utf-8").split("\n")  # JSON Lines: "\n" only (str.splitlines also cuts at U+2028, U+0085 inside a string)
     except UnicodeDecodeError as exc:
         raise BuildDataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     rows = []
@@ -89,6 +89,19 @@ def labelled(data: DataFile) -> tuple[list[dict[str, Any]], list[int]]:
     if present != {0, 1}:
         raise BuildDataError(f"{data.path}: needs rows of both labels (0 and 1); found only {sorted(present)}")
     return rows, labels
+
+
+def completions(data: DataFile, flag: str) -> list[str]:
+    """Each row's ``completion``: the given answer whose tokens a build for
+    ``span: generated`` reads (``flag`` names the option that asked)."""
+    answers = []
+    for i, row in enumerate(data.rows):
+        answer = row.get("completion")
+        if not isinstance(answer, str) or not answer:
+            raise BuildDataError(f"{data.path} row {i + 1} (id {row['id']}): {flag} needs a non-empty 'completion' "
+                                 "(the answer whose tokens are read)")
+        answers.append(answer)
+    return answers
 
 
 def pairs(data: DataFile) -> list[tuple[str, list[dict[str, str]], str, str]]:

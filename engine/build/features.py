@@ -3,10 +3,12 @@ path (``innerguard.engine.capture``): never through Hugging Face.
 
 - ``last_token_residuals``: the residual stream after chosen layers at the
   last prompt token (what the ``probe`` analyzer reads).
-- ``answer_residuals``: the residual stream averaged over the tokens of a
-  given answer (CAA): the row is the conversation with the answer as its
-  last (assistant) message, captured with ``mode="all_tokens"``; attention
-  is causal, so the answer's rows are those of prompt + answer.
+- ``answer_token_residuals``: the residual stream at every token of a given
+  answer (what ``token_probe`` with ``span: generated`` reads), and
+  ``answer_residuals``: its average over the answer (CAA). The row is the
+  conversation with the answer as its last (assistant) message, captured
+  with ``mode="all_tokens"``; attention is causal, so the answer's rows are
+  those of prompt + answer, as if the model had written it.
 - ``head_ratios``: every head's Attention Tracker ratio at the last prompt
   token, from captured post-RoPE Q/K, by the analyzer's own code
   (``innerguard.hooks.analyzers.head_focus``).
@@ -79,14 +81,15 @@ class AnswerStates:
     tokens: torch.Tensor  # [rows]: how many tokens the answer has
 
 
-def answer_residuals(target, conversations: Sequence[list[dict]], answers: Sequence[str], layers: Sequence[int], *,
-                     progress: bool = False, chunk: int = 16, desc: str = "answers") -> AnswerStates:
-    """The residual stream after ``layers`` over each answer's tokens, with
-    the answer as the conversation's last (assistant) message."""
+def answer_token_residuals(target, conversations: Sequence[list[dict]], answers: Sequence[str], layers: Sequence[int], *,
+                           progress: bool = False, chunk: int = 16, desc: str = "answers"):
+    """Yield float32 ``[len(layers), answer tokens, hidden]`` per answer, in
+    order: the residual stream after ``layers`` at each token of the answer,
+    with the answer as the conversation's last (assistant) message (what a
+    ``token_probe`` with ``span: generated`` reads, teacher forced)."""
     rows = [{"id": str(i), "messages": [*conversation, {"role": "assistant", "content": answer}]}
             for i, (conversation, answer) in enumerate(zip(conversations, answers))]
     spec = CaptureSpec(layers=tuple(layers), mode="all_tokens")
-    means, norms, counts = [], [], []
     for row, result in _captured(target, rows, spec, desc, chunk, progress):
         if not result.messages or result.messages[-1][0] != "assistant":
             raise FeatureError(f"row {row['id']}: the capture carries no answer span (is it a chat rendering?)")
@@ -97,10 +100,18 @@ def answer_residuals(target, conversations: Sequence[list[dict]], answers: Seque
         kept = (result.positions >= start) & (result.positions < end)
         if int(kept.sum()) != end - start:
             raise FeatureError(f"row {row['id']}: the capture lacks answer tokens (capture mode all_tokens?)")
-        answer = result.hidden[index][:, kept].float()  # [layers, answer tokens, hidden]
-        means.append(answer.mean(1))
-        norms.append(answer.norm(dim=-1).mean(1))
-        counts.append(end - start)
+        yield result.hidden[index][:, kept].float()
+
+
+def answer_residuals(target, conversations: Sequence[list[dict]], answers: Sequence[str], layers: Sequence[int], *,
+                     progress: bool = False, chunk: int = 16, desc: str = "answers") -> AnswerStates:
+    """The residual stream after ``layers`` over each answer's tokens, with
+    the answer as the conversation's last (assistant) message."""
+    means, norms, counts = [], [], []
+    for states in answer_token_residuals(target, conversations, answers, layers, progress=progress, chunk=chunk, desc=desc):
+        means.append(states.mean(1))
+        norms.append(states.norm(dim=-1).mean(1))
+        counts.append(states.shape[1])
     return AnswerStates(torch.stack(means), torch.stack(norms), torch.tensor(counts))
 
 

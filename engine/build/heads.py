@@ -198,17 +198,6 @@ def _heldout_line(f: dict[str, Any]) -> str:
 
 # -- heads for the generated tokens (--generated) --------------------------------
 
-def _answers(source: data_lib.DataFile) -> list[str]:
-    answers = []
-    for i, row in enumerate(source.rows):
-        answer = row.get("completion")
-        if not isinstance(answer, str) or not answer:
-            raise data_lib.BuildDataError(f"{source.path} row {i + 1} (id {row['id']}): --generated needs a non-empty "
-                                          "'completion' (the answer whose tokens are read)")
-        answers.append(answer)
-    return answers
-
-
 def pooled(shares: torch.Tensor, window: int) -> torch.Tensor:
     """``shares`` ``[tokens, ...]`` pooled as the analyzer pools: the largest
     mean over ``window`` consecutive tokens (all of them when fewer)."""
@@ -226,8 +215,8 @@ def _build_generated(target, params: HeadsParams, progress: bool) -> Built:
     rows, labels = data_lib.labelled(source)
     if min(labels.count(0), labels.count(1)) < 2:
         raise data_lib.BuildDataError("head selection needs at least 2 answers of each label (a standard deviation)")
-    shares = features.answer_head_shares(target, rows, _answers(source), geometry, toward, progress=progress,
-                                         desc="selection answers")
+    answers = data_lib.completions(source, "--generated")
+    shares = features.answer_head_shares(target, rows, answers, geometry, toward, progress=progress, desc="selection answers")
     values = torch.stack([pooled(s, window) for s in shares])  # [rows, layers, heads]
     y = torch.tensor(labels)
     negative, positive = values[y == 0], values[y == 1]
@@ -249,8 +238,8 @@ def _build_generated(target, params: HeadsParams, progress: bool) -> Built:
         heldout = data_lib.read_jsonl(params.heldout, "--heldout")
         hashes[heldout.path] = heldout.sha256
         held_rows, held_labels = data_lib.labelled(heldout)
-        held = features.answer_head_shares(target, held_rows, _answers(heldout), geometry, toward, progress=progress,
-                                           desc="held-out answers")
+        held = features.answer_head_shares(target, held_rows, data_lib.completions(heldout, "--generated"), geometry,
+                                           toward, progress=progress, desc="held-out answers")
         signal = _signal(held, heads, window)
         figures.update(heldout_auroc=round(auroc(signal, held_labels), 4), heldout_rows=len(held_labels))
         report.append(f"held-out AUROC {figures['heldout_auroc']:.3f} ({sum(held_labels)} label 1, "

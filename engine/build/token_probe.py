@@ -51,6 +51,12 @@ from innerguard.hooks.analyzers.token_probe import length_offset, window_count, 
 
 
 FPR_UNITS = ("row", "text")
+GENERATED_PROTOCOL = ("token-level logistic probe on the generated tokens (span: generated): s_t = sum_L weight.L . h_L,t "
+                      "+ bias[0] on the residual stream after each layer L at every token of a given answer, teacher "
+                      "forced after its prompt; signal = max over windows of the answer of mean s_t. Fitted on window "
+                      "means: every window of a label-1 answer = 1, of a label-0 answer = 0, at most {per_row} evenly "
+                      "spaced windows per row; L2-regularised logistic regression (LBFGS, l2 {l2:g}) on standardised "
+                      "features")
 
 
 @dataclass
@@ -59,7 +65,7 @@ class TokenProbeParams(Params):
     FLAGS: ClassVar[dict[str, str]] = {
         "model": "--model", "data": "--data", "layers": "--layers", "window": "--window", "target_fpr": "--target-fpr",
         "folds": "--folds", "windows_per_row": "--windows-per-row", "hard_negatives": "--hard-negatives", "l2": "--l2",
-        "fpr_unit": "--fpr-unit", "length_adjust": "--length-adjust", "seed": "--seed"}
+        "fpr_unit": "--fpr-unit", "length_adjust": "--length-adjust", "seed": "--seed", "generated": "--generated"}
     INPUTS: ClassVar[tuple[str, ...]] = ("data",)
     LIST_SEP: ClassVar[str] = ","
 
@@ -75,6 +81,7 @@ class TokenProbeParams(Params):
     fpr_unit: str = "row"  # "text": the threshold's FPR counts distinct benign texts (each group once)
     length_adjust: bool = False  # fit the signal's length_adjust on the benign out-of-fold scores
     seed: int = 0
+    generated: bool = False  # a probe for span: generated, on the tokens of the rows' completions
 
     def check(self, num_layers: int) -> None:
         bad = [layer for layer in self.layers if not 0 <= layer < num_layers]
@@ -91,6 +98,9 @@ class TokenProbeParams(Params):
             raise data_lib.BuildDataError(f"--l2 {self.l2}: must be at least 0")
         if self.fpr_unit not in FPR_UNITS:
             raise data_lib.BuildDataError(f"--fpr-unit {self.fpr_unit}: must be one of {', '.join(FPR_UNITS)}")
+        if self.generated and self.length_adjust:
+            raise data_lib.BuildDataError("--length-adjust applies to the prompt's data, not to --generated answers "
+                                          "(a decode probe reads at most the answer's length)")
 
 
 @dataclass
@@ -238,7 +248,7 @@ def build_token_probe(target, params: TokenProbeParams, *, progress: bool = Fals
     geometry = models.read_geometry(model_dir)
     params.check(geometry.num_layers)
     source = data_lib.read_jsonl(params.data, "--data")
-    rows = captured_rows(target, source, params.layers, progress=progress)
+    rows = captured_rows(target, source, params.layers, generated=params.generated, window=params.window, progress=progress)
     return built_from_rows(rows, params, model_dir, source)
 
 
@@ -250,6 +260,10 @@ def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, s
     geometry = models.read_geometry(model_dir)
     fitted = fitted or fit_rows(rows, params)
     figures = fitted.figures
+    report = _report(figures, params)
+    if params.generated:
+        figures["answers_left_out"] = len(source.rows) - len(rows)
+        report.insert(1, f"{figures['answers_left_out']} answers shorter than the window left out (never judged live)")
 
     hidden = geometry.hidden_size
     tensors = {f"weight.{layer}": fitted.weight[i * hidden:(i + 1) * hidden].float().contiguous()
@@ -264,7 +278,8 @@ def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, s
         "threshold_rule": f"signal > threshold keeps the grouped {params.folds}-fold out-of-fold FPR on --data "
                           f"at or below {params.target_fpr:g}, counted over benign "
                           + ("rows" if params.fpr_unit == "row" else "texts (the rows of one group count once)"),
-        "protocol": "token-level logistic probe: s_t = sum_L weight.L . h_L,t + bias[0] on the residual stream after "
+        "protocol": GENERATED_PROTOCOL.format(l2=params.l2, per_row=params.windows_per_row) if params.generated else
+                    "token-level logistic probe: s_t = sum_L weight.L . h_L,t + bias[0] on the residual stream after "
                     "each layer L at every data token; signal = max over windows of the data of mean s_t. Fitted on "
                     "window means: inside the inserted attack = 1, benign rows and injected rows away from the "
                     f"attack = 0, at most {params.windows_per_row} evenly spaced windows per row and class; "
@@ -272,15 +287,31 @@ def built_from_rows(rows: Sequence[_Row], params: TokenProbeParams, model_dir, s
         "samples": f"{figures['rows']} rows ({sum(r.label for r in rows)} label 1); {figures['windows_positive']} "
                    f"positive, {figures['windows_negative']} negative windows",
     }
-    return Built(params, tensors, metadata, _report(figures, params), figures, {source.path: source.sha256})
+    return Built(params, tensors, metadata, report, figures, {source.path: source.sha256})
 
 
-def captured_rows(target, source: data_lib.DataFile, layers: Sequence[int], *, progress: bool = False) -> list[_Row]:
-    """Every row's data-token residuals (inside vLLM) and its inserted span in tokens."""
+def captured_rows(target, source: data_lib.DataFile, layers: Sequence[int], *, generated: bool = False,
+                  window: int = 1, progress: bool = False) -> list[_Row]:
+    """Every row's data-token residuals (inside vLLM) and its inserted span in
+    tokens; ``generated``: the residuals of each row's completion instead,
+    every window of a label-1 answer inside the "attack" (rows whose answer
+    has fewer than ``window`` tokens are left out: the analyzer never judges
+    them)."""
     messages, labels = data_lib.labelled(source)
+    if generated:
+        answers = data_lib.completions(source, "--generated")
+        captured = features.answer_token_residuals(target, [m["messages"] for m in messages], answers, layers,
+                                                   progress=progress, desc="answer tokens")
+        rows = []
+        for states, raw, label in zip(captured, source.rows, labels):
+            n = states.shape[1]
+            if n >= window:
+                rows.append(_Row(label, str(raw.get("group", "")), str(raw.get("style", "-")),
+                                 states.transpose(0, 1).reshape(n, -1), (0, n) if label else None))
+        return rows
     inserted = inserted_rows(source)
     tokenizer = target.tokenizer if hasattr(target, "tokenizer") else target.get_tokenizer()
-    rows: list[_Row] = []
+    rows = []
     captured = features.data_token_residuals(target, messages, layers, progress=progress, desc="data tokens")
     for (capture_row, start, states), raw, label, chars in zip(captured, source.rows, labels, inserted):
         span = _token_span(tokenizer, capture_row["messages"], chars, start, start + len(states))
@@ -413,7 +444,8 @@ def _report(f: dict[str, Any], params: TokenProbeParams) -> list[str]:
     worst = sorted(f["cv_fpr_by_style"].items(), key=lambda kv: -kv[1])[:3]
     return [
         f"token probe at layers {','.join(map(str, params.layers))}, window {params.window}: fitted on {f['rows']} rows "
-        f"({f['data_tokens']} data tokens; {f['windows_positive']} positive, {f['windows_negative']} negative windows), "
+        f"({f['data_tokens']} {'answer' if params.generated else 'data'} tokens; {f['windows_positive']} positive, "
+        f"{f['windows_negative']} negative windows), "
         f"l2 {params.l2:g}",
         f"grouped {params.folds}-fold CV (seed {params.seed}), out-of-fold request scores: AUROC {f['cv_auroc']:.4f}; "
         f"TPR {f['cv_tpr_at_1pct_fpr']:.3f} at 1 % FPR, {f['cv_tpr_at_5pct_fpr']:.3f} at 5 % FPR",

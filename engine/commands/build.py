@@ -130,6 +130,10 @@ TPR at the threshold, FPR per style) are printed and stored in the metadata. Put
 the policy rule (when: injected > T). Memory: every row's data tokens are kept (float32, ~2.3 KB a token
 and layer of a 576-wide model: ~7 GB at nine layers for data/injection/fit.jsonl).
 
+--generated (a probe for span: generated): every --data row carries a "completion" (the answer, read as
+if the model had written it after the row's messages); every window of a label-1 answer is positive,
+every window of a label-0 answer negative; answers shorter than --window are left out (never judged).
+
 the shipped prompt-injection policy's probe (policies/prompt-injection.yaml):
   innerguard build token-probe --model smollm2-135m-instruct --data data/injection/fit.jsonl \\
       --layers 3,6,9,12,15,18,21,24,27 --window 16 --target-fpr 0.02 --hard-negatives 2 \\
@@ -221,6 +225,9 @@ def register(subparsers) -> None:
                         "chosen, so that long benign texts do not score higher for their length; put the printed "
                         "value in the policy's signal")
     tokens.add_argument("--seed", type=int, default=0, help="shuffles the groups into folds (default 0)")
+    tokens.add_argument("--generated", action="store_true",
+                        help="a probe for span: generated, read from the --data rows' completions (label 1: every "
+                        "window of the answer; label 0: none); no 'inserted' needed")
     tokens.add_argument("--out", required=True, help="the artifact to write (.safetensors)")
     tokens.set_defaults(func=_token_probe)
 
@@ -282,10 +289,11 @@ def _token_probe(args) -> int:
     params = TokenProbeParams(model=args.model, data=args.data, layers=layers, window=args.window,
                               target_fpr=args.target_fpr, folds=args.folds, windows_per_row=args.windows_per_row,
                               hard_negatives=args.hard_negatives, l2=args.l2, fpr_unit=args.fpr_unit,
-                              length_adjust=args.length_adjust, seed=args.seed)
+                              length_adjust=args.length_adjust, seed=args.seed, generated=args.generated)
     params.check(models.read_geometry(_model_dir(args)).num_layers)
     _precheck_files(params)
-    inserted_rows(data_lib.read_jsonl(args.data, "--data"))
+    source = data_lib.read_jsonl(args.data, "--data")
+    data_lib.completions(source, "--generated") if args.generated else inserted_rows(source)
     return _build(args, params)
 
 

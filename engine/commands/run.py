@@ -57,7 +57,7 @@ output rows:
 def read_rows(path: str) -> list[dict]:
     rows = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may sit inside a string
     except (OSError, UnicodeDecodeError) as exc:
         raise InnerguardError(f"cannot read {path}: {exc}") from None
     for number, line in enumerate(lines, 1):

@@ -27,7 +27,7 @@ class LabelledRow:
 
 def load_rows(path: str | Path) -> list[LabelledRow]:
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may sit inside a string
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
     rows = []

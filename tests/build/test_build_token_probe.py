@@ -14,7 +14,7 @@ import torch
 from innerguard.engine.build import BuildDataError, TokenProbeParams, artifact, build_token_probe, reproduce, save
 from innerguard.engine.build.data import read_jsonl
 from innerguard.engine.build.token_probe import (
-    _Row, _windows, fit_length_adjust, fit_rows, grouped_folds, inserted_rows, negative_weights)
+    _Row, _windows, captured_rows, fit_length_adjust, fit_rows, grouped_folds, inserted_rows, negative_weights)
 from innerguard.engine.evaluate.metrics import threshold_for_fpr
 
 from build_helpers import ROOT
@@ -70,6 +70,44 @@ def test_a_second_build_gives_the_same_tensors(built, recording_llm, tmp_path):
     save(built, path)
     result = reproduce(recording_llm, path)
     assert result.same and [t.detail for t in result.tensors] == ["identical"] * 4
+
+
+@pytest.mark.vllm
+@pytest.mark.model
+def test_a_generated_probe_reads_each_answers_tokens_and_labels_every_window_by_the_answer(recording_llm, reference,
+                                                                                          smollm2_dir, tmp_path):
+    """--generated: the rows are the answers' tokens, teacher forced after the
+    prompt (equal to Hugging Face's residuals there), every window of a
+    label-1 answer positive and of a label-0 answer negative; an answer
+    shorter than the window is left out, as the analyzer never judges it."""
+    from innerguard.engine.reference.scores import reference_residual
+    from innerguard.engine.spans import chat_spans
+
+    answers = [json.loads(line) for line in (ROOT / "data" / "system-prompt-leak" / "answers-fit.jsonl").read_text().splitlines()]
+    picked = [r for r in answers if r["style"] == "recital"][:3] + [r for r in answers if r["label"] == 0][:3]
+    picked.append({**picked[-1], "id": "short", "completion": "No."})
+    data = tmp_path / "answers.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    rows = captured_rows(recording_llm, read_jsonl(data, "--data"), LAYERS, generated=True, window=8)
+    assert len(rows) == 6 and [r.label for r in rows] == [1, 1, 1, 0, 0, 0]
+    model, tokenizer = reference
+    for row, raw in zip(rows, picked):
+        spans = chat_spans(tokenizer, [*raw["messages"], {"role": "assistant", "content": raw["completion"]}],
+                           add_generation_prompt=False)
+        (start, end), = spans.role("assistant")
+        assert row.tokens.shape == (end - start, len(LAYERS) * 576)
+        want = torch.cat([reference_residual(model, spans.input_ids, layer, slice(start, end)) for layer in LAYERS], -1)
+        assert float((row.tokens - want).abs().max()) < 1e-3 * float(want.abs().max())
+        _, labels = _windows(row, window=8, per_row=100)
+        assert set(labels) == {row.label}
+
+    built = build_token_probe(recording_llm, TokenProbeParams(model=str(smollm2_dir), data=str(data), layers=LAYERS,
+                                                              window=8, folds=2, generated=True))
+    assert built.figures["rows"] == 6 and built.figures["answers_left_out"] == 1
+    assert built.figures["cv_auroc"] == 1.0  # a recital reads nothing like an ordinary answer
+    assert "--generated" in built.params.command(None) and "generated tokens" in built.metadata["protocol"]
+    with pytest.raises(BuildDataError, match="--generated needs a non-empty 'completion'"):
+        captured_rows(recording_llm, read_jsonl(ROOT / "data" / "injection" / "dev.jsonl", "--data"), LAYERS, generated=True)
 
 
 def _row(label: int, tokens: int, inserted=None) -> _Row:

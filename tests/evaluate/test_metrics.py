@@ -132,6 +132,21 @@ def test_rows_need_a_label_and_text(tmp_path):
         load_rows(path)
 
 
+def test_a_line_separator_inside_a_string_does_not_cut_a_row(tmp_path):
+    """JSON Lines are cut at "\n" only: U+2028, U+0085 and U+001C are legal
+    inside a JSON string (json.dumps(ensure_ascii=False) writes them raw),
+    and third-party text carries them; eval, build and run read such rows whole."""
+    from innerguard.engine.build.data import read_jsonl
+
+    text = "a\u2028b\u0085c\u001cd"
+    rows = [{"instruction": "t", "data": text, "label": 1}, {"instruction": "t", "data": "plain", "label": 0}]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    assert "\u2028" in path.read_text(encoding="utf-8")
+    assert [r.label for r in load_rows(path)] == [1, 0]
+    assert read_jsonl(path, "--data").rows[0]["data"] == text
+
+
 def test_rows_of_one_label_cannot_be_evaluated(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "label": 0}) + "\n")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from innerguard.engine.decide import Evaluator
 from innerguard.engine.lint import lint_paths
 from innerguard.engine.plan import PolicyProgram
@@ -25,6 +27,14 @@ def test_shipped_policies_lint_clean_without_a_model(shipped):
 def test_shipped_policies_lint_clean_with_the_model(shipped, model_dir):
     for model in (str(model_dir), "smollm2-135m-instruct"):
         assert [str(f) for f in lint_paths([shipped], model=model).findings] == []
+
+
+@pytest.mark.parametrize("example", ["system-prompt-leak", "injection-answer"])
+def test_the_examples_with_decode_rules_lint_clean_with_the_model(example, model_dir):
+    """Their artifacts are in the repository: the probe's layers and window,
+    the heads' range, all checked against the real model's geometry."""
+    report = lint_paths([POLICIES.parent / "examples" / example], model=str(model_dir))
+    assert len(report.files) == 1 and [str(f) for f in report.findings] == []
 
 
 def test_missing_artifacts_name_the_command_that_builds_them(tmp_path):

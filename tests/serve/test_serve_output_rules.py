@@ -237,17 +237,24 @@ def test_a_streamed_decode_stop_sends_nothing_from_the_window_that_fired(server,
     prompt = completion(ALLOWED)["prompt"].replace(INSTRUCTION, LONGER)
     two_prompts = {**completion(ALLOWED), "prompt": [prompt, prompt], "max_tokens": 48, "stream": True,
                    "return_token_ids": True, "innerguard": DECODE}
-    for response, most in ((_post(server, body), cut), (_post(server, two_prompts, "/v1/completions"), None)):
-        tokens: dict[int, list[int]] = {}
-        finish: dict[int, list[str]] = {}
-        for c in (c for e in _events(response) for c in e.get("choices", [])):
-            tokens.setdefault(c["index"], []).extend(c.get("token_ids") or ())
-            if c.get("finish_reason"):
-                finish.setdefault(c["index"], []).append(c["finish_reason"])
-        assert finish == {0: ["content_filter"], 1: ["content_filter"]}
-        shorter = min(len(t) for t in tokens.values())
-        assert tokens[0][:shorter] == tokens[1][:shorter]
-        assert most is None or all(len(t) <= most for t in tokens.values()), (tokens, most)
+    _assert_each_choice_stopped(_post(server, body), cut)
+    _assert_each_choice_stopped(_post(server, two_prompts, "/v1/completions"), None)
+
+
+def _assert_each_choice_stopped(response: httpx.Response, most: int | None) -> None:
+    """Both choices of a streamed response (n = 2 greedy, or two prompts)
+    end with content_filter, agree where both have tokens, and carry at
+    most ``most`` tokens each."""
+    tokens: dict[int, list[int]] = {}
+    finish: dict[int, list[str]] = {}
+    for c in (c for e in _events(response) for c in e.get("choices", [])):
+        tokens.setdefault(c["index"], []).extend(c.get("token_ids") or ())
+        if c.get("finish_reason"):
+            finish.setdefault(c["index"], []).append(c["finish_reason"])
+    assert finish == {0: ["content_filter"], 1: ["content_filter"]}
+    shorter = min(len(t) for t in tokens.values())
+    assert tokens[0][:shorter] == tokens[1][:shorter]
+    assert most is None or all(len(t) <= most for t in tokens.values()), (tokens, most)
 
 
 def test_a_streamed_stop_on_attention_sends_nothing_from_the_window_that_fired(server, served_policies, decode_served):
@@ -256,7 +263,9 @@ def test_a_streamed_stop_on_attention_sends_nothing_from_the_window_that_fired(s
     through the server, its threshold placed from the Hugging Face
     reference's teacher-forced values of the free answer: the stream carries
     nothing from the firing window's first token on, ends with
-    content_filter, and the audit record names that token."""
+    content_filter, and the audit record names that token; with n = 2, each
+    choice on its own. (Two prompts of a completion request have no system
+    message to read: the probe test above covers several prompts.)"""
     from innerguard.engine.spans import chat_spans
 
     install, reference = decode_served
@@ -283,3 +292,5 @@ def test_a_streamed_stop_on_attention_sends_nothing_from_the_window_that_fired(s
     (record,) = [x for x in records if x["type"] == "completion"]
     (event,) = record["output_decisions"]
     assert (event["policy"]["name"], event["rule"], event["token_index"]) == ("decode-focus", "stop-reading-system", cut)
+    n2 = _long(temperature=1.0, top_k=1, n=2, stream=True, return_token_ids=True, innerguard=focus)
+    _assert_each_choice_stopped(_post(server, n2), cut)
