@@ -324,9 +324,12 @@ class RequestWatch:
             self._records[index] = record
             if record.get("stop") is not None:
                 self._watch(index).take_decode(record, 0)
+        # A teacher-forced answer's tokens were scored at prefill: they count as written.
+        forced = self._forced[1]
         for completion in request_output.outputs:
             if completion.finish_reason is not None:
-                self._watch(completion.index).take_decode(self._records.get(completion.index), len(completion.token_ids))
+                self._watch(completion.index).take_decode(self._records.get(completion.index),
+                                                          forced + len(completion.token_ids))
 
     def update(self, request_output) -> bool:
         """Feed one output; True once every completion has finished or stopped."""

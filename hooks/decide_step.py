@@ -84,6 +84,12 @@ def decide_generated(lifecycle, state) -> None:
                     "error": decode.error}
     if stop is not None:
         decode.record["stop"] = stop
+    elif decode.new_steers:
+        # The next forward computes the row of the token sampled in this step: steering starts there.
+        start = state.generated_start + decode.scored
+        for steer_id in decode.new_steers:
+            state.add_steers(state.runtime.steers_by_id.get(steer_id, ()), from_position=start)
+        decode.new_steers.clear()
     # The record is live (its lists grow as tokens are scored): put once, and
     # again after the engine took it while the completion goes on (n > 1).
     records = lifecycle.decode_results.get(state.key, state.group.digest)

@@ -21,7 +21,13 @@ the prompt's pooling gives the generated tokens scored so far: the largest
 mean over ``window`` consecutive tokens. The rules first run once every
 signal they read has a whole window: the mean of the first few tokens
 alone says little (the first one often scores far from the rest), and a
-completion shorter than a window plus one token is never judged. A ``stop`` forces the row to end-of-sequence, as a block does, and
+completion shorter than a window plus one token is never judged. A ``steer`` starts at the next token
+(``decide_step.decide_generated``): the token sampled in the step that
+decided was chosen before the decision, so the first steered row is that
+token's, and the first steered choice the token after it. A steer decided
+here stays on to the end of the completion: the pooled value only grows,
+and a steer that came and went with each token would make the stream
+depend on where the window fell. A ``stop`` forces the row to end-of-sequence, as a block does, and
 the scheduler finishes the completion in this step; the record says where
 the violation starts: the first token of the window that made the rule fire.
 The engine takes the record (``RPC_TAKE_DECODE``) when the completion ends
@@ -110,6 +116,8 @@ class DecodeProbes:
     error: str | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     reported: set[tuple[str, str | None]] = field(default_factory=set)
+    steering: set[str] = field(default_factory=set)  # steer ids decided so far: once on, on to the end
+    new_steers: list[str] = field(default_factory=list)  # decided in the last evaluation, for the worker to start
     # What the engine takes (RPC_TAKE_DECODE): the events so far, the stop,
     # every scored token's score and each signal's value so far (once a
     # whole window is scored). Live: the lists grow in place.
@@ -219,7 +227,13 @@ class DecodeProbes:
                     stop = {"token": token, "policy": decision.policy, "rule": rule or "", "message": decision.message}
         if stop is not None:
             self.stopped = True
-        return stop
+            return stop
+        for hit in verdict.steers:
+            steer_id = hit.params.get("steer")
+            if steer_id and steer_id not in self.steering:
+                self.steering.add(steer_id)
+                self.new_steers.append(steer_id)
+        return None
 
 
 class DecodeRules:

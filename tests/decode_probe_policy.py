@@ -73,6 +73,19 @@ def decode_policy(threshold: float = 1e9, mode: str = "enforce") -> str:
     return DECODE_POLICY.format(threshold=threshold, mode=mode)
 
 
+def decode_steer_policy(threshold: float, vector: str, layer: int, coefficient: float) -> str:
+    """The "decode" policy whose rule steers instead of stopping: from the
+    token after the step where ``written > threshold`` first holds."""
+    head, _ = DECODE_POLICY.split("rules:\n")
+    return head.format(mode="enforce") + (
+        "rules:\n"
+        "  - id: steer-written\n"
+        f"    when: written > {threshold!r}\n"
+        "    action: steer\n"
+        f"    steer: {{vector: {{artifact: artifacts/{vector}}}, layer: {layer}, coefficient: {coefficient}, positions: generated}}\n"
+    )
+
+
 def focus_policy(threshold: float = 1.0) -> str:
     """At 1.0 (every span-attention of the window's tokens on the system
     prompt, none on the user's message) the rule never fires in practice."""

@@ -24,9 +24,10 @@ def result_of(row: LabelledRow, out: Any, score: Score) -> RowResult:
         signals.update(decision.get("signals") or {})
     # Output rules read a teacher-forced completion: the decode signals' values at its end, and whether a rule fired.
     signals.update((getattr(out, "decode_values", None) or {}).get(0, {}))
-    decoded = any(e.get("policy") == score.policy and e.get("rule_action") == score.action
-                  for e in getattr(out, "output_decisions", None) or ())
-    error = out.error if out.finish_reason == "error" else None
+    events = [e for e in getattr(out, "output_decisions", None) or () if e.get("policy") == score.policy]
+    decoded = any(e.get("rule_action") == score.action for e in events)
+    # A decode rule that could not be evaluated (its on_error decided) says nothing about the row.
+    error = out.error if out.finish_reason == "error" else next((e["error"] for e in events if e.get("error")), None)
     return RowResult(
         id=out.id,
         label=row.label,

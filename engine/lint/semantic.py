@@ -20,6 +20,8 @@ from innerguard.engine.policy.yamlsafe import Marks
 ACTION_KEYS = {"steer": "steer"}
 MESSAGE_ACTIONS = ("block", "flag", "stop")
 OUTPUT_ACTIONS = ("stop", "flag")
+# The worker evaluates these on each generated token, so it can also start a steer from the next one.
+DECODE_ACTIONS = ("stop", "steer", "flag")
 
 
 def check_policy(policy: Policy, marks: Marks) -> list[Finding]:
@@ -185,7 +187,11 @@ class _PolicyChecker:
         if read - generated:
             prompt = ", ".join(sorted(read - generated))
             self.add("IG213", f"rule {rule.id!r} reads the generated text and prompt signals ({prompt}); an output rule reads only 'generated' signals", path + ("when",))
-        if rule.action not in OUTPUT_ACTIONS:
+        if decode and not read - decode:
+            if rule.action not in DECODE_ACTIONS:
+                self.add("IG213", f"rule {rule.id!r} reads in-model signals on the generated tokens, so it can stop, steer or flag, "
+                         f"not {rule.action}", path + ("action",))
+        elif rule.action not in OUTPUT_ACTIONS:
             self.add("IG213", f"rule {rule.id!r} reads the generated text, so it can only stop or flag, not {rule.action}", path + ("action",))
 
     def check_template(self, rule: Rule, path: tuple) -> None:

@@ -26,9 +26,12 @@ def reference_steered_generate(
     method: str = "add",
     max_new_tokens: int = 32,
     eos_token_id: int | Sequence[int] | None = None,
+    from_position: int = 0,
 ) -> list[int]:
     """Generated token ids (the prompt excluded). ``vector=None`` or
-    ``coefficient=0`` gives the unsteered greedy continuation."""
+    ``coefficient=0`` gives the unsteered greedy continuation. Rows before
+    ``from_position`` (absolute) are never steered: a steer decided
+    mid-generation."""
     from transformers import DynamicCache
 
     ids = as_batch(input_ids).to(model.device)
@@ -51,6 +54,7 @@ def reference_steered_generate(
             rows = pos >= prompt_len
         else:
             rows = torch.ones_like(pos, dtype=torch.bool)
+        rows = rows & (pos >= from_position)
         v = vector.to(hidden.device, torch.float32)
         if method == "add":
             change = (coefficient * v).expand_as(hidden)

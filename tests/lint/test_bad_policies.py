@@ -108,6 +108,9 @@ CASES = [
     Case("stop-on-the-prompt", rules("  - id: s\n    when: focus < 0.4\n    action: stop\n"), "IG213", 16),
     Case("output-rule-reads-the-prompt", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak and focus < 0.4\n    action: stop\n", "IG213", 19),
     Case("output-rule-blocks", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak\n    action: block\n", "IG213", 20),
+    # The engine reads the generated text: a rule on it cannot steer (a decode rule can, below).
+    Case("text-output-rule-steers", HEAD + FOCUS + OUTPUT_SIGNAL + "rules:\n  - id: s\n    when: leak\n    action: steer\n"
+         "    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n", "IG213", 20, setup=vec(layer=1)),
     Case("output-settings-without-output-rules", HEAD + "output: {hold_back: 4}\n" + FOCUS + "rules:\n" + BLOCK_LOW, "IG214", 9),
     Case("repeats-on-the-prompt", HEAD + "signals:\n  leak:\n    analyzer: text\n    repeats: trusted\nrules:\n"
          "  - id: f\n    when: leak\n    action: flag\n", "IG105", 12),
@@ -308,6 +311,14 @@ def test_a_token_probe_pooled_as_it_was_fitted_draws_no_pooling_warning(write_po
     path = write_policy(token_probe_policy(pooling="    window: 16\n    length_adjust: 0.42\n"))
     token_weights(6, 12, pooled={"window": "16", "length_adjust": "0.4200"})(path.parent)
     assert [f for f in lint_paths([path]).findings if f.rule.startswith(("IG3", "IG5"))] == []
+
+
+def test_a_decode_rule_may_steer_from_the_next_token(write_policy):
+    steer = "    steer:\n      vector: {artifact: artifacts/v.safetensors}\n      layer: 1\n      positions: generated\n"
+    path = write_policy(token_probe_policy(span="generated", action="steer") + steer)
+    token_weights(6, 12)(path.parent)
+    write_vector(path.parent / "artifacts" / "v.safetensors", layer=1)
+    assert [f.rule for f in lint_paths([path]).findings if f.severity == "error"] == []
 
 
 def test_duplicate_policy_names_across_files(write_policy, tmp_path):

@@ -201,6 +201,27 @@ def test_no_record_for_a_scored_completion_follows_the_error_mode_logged_once(tm
     assert sum("no record of its decode rules" in r.message for r in caplog.records) <= 1
 
 
+def test_a_teacher_forced_answer_without_a_record_is_an_error_that_eval_counts(tmp_path):
+    """A teacher-forced answer's tokens are scored at prefill: with one
+    generated token (``innerguard eval``) the worker's record must still be
+    there, and a row without one is an error, not a row without a score."""
+    from innerguard.engine.evaluate.runner import result_of
+    from innerguard.engine.evaluate.score import Score
+
+    watch = _watch(tmp_path, on_error="fail-open")
+    watch.read_forced(["a", "an", "an answer"])
+    end = _output(0, 1, True)
+    watch.take_decode(end, {})
+    watch.update(end)
+    (event,) = watch.events()
+    assert "no record of its decode rules" in event["error"]
+    out = SimpleNamespace(id="r", decisions=[], signals={}, decode_values={}, output_decisions=watch.events(),
+                          finish_reason="length", error=None, prefill_tokens=9)
+    row = SimpleNamespace(label=1, style="email")
+    result = result_of(row, out, Score(policy="drift", signals=("drift.drift",), action="stop", higher_is_positive=True))
+    assert result.error is not None and "no record" in result.error
+
+
 def test_a_teacher_forced_start_must_be_a_position_inside_the_prompt():
     from innerguard.hooks.request_args import BadArguments, check_args, check_positions
 

@@ -63,6 +63,7 @@ def make_vector(path: Path, model_dir: Path, layer: int, seed: int) -> torch.Ten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # decode_probe_policy, shared with tests/serve
 from decode_probe_policy import (  # noqa: E402,F401
-    DECODE_WINDOW, FOCUS_WINDOW, HEADS_ARTIFACT, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, firing, focus_policy,
+    DECODE_WINDOW, FOCUS_WINDOW, HEADS_ARTIFACT, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, decode_steer_policy, firing,
+    focus_policy,
     reference_decode_focus, reference_decode_scores,
 )

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import (
-    DECODE_WINDOW, FOCUS_WINDOW, HEADS_ARTIFACT, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, firing, focus_policy,
-    prepared, reference_decode_focus, reference_decode_scores,
+    DECODE_WINDOW, FOCUS_WINDOW, HEADS_ARTIFACT, TOKEN_PROBE_ARTIFACT, copy_decode_artifacts, decode_policy, decode_steer_policy,
+    firing, focus_policy, make_vector, prepared, reference_decode_focus, reference_decode_scores,
 )
 
 from innerguard.hooks.analyzers.token_probe import window_max
@@ -290,6 +290,38 @@ def test_a_decode_stop_returns_nothing_from_the_window_that_fired(decoded, watch
     assert shadow.token_ids == free.token_ids and shadow.finish_reason == "length"
     (event,) = shadow.output_decisions
     assert (event["rule_action"], event["applied"], event["token_index"]) == ("stop", False, cut)
+
+
+def test_a_decode_steer_starts_at_the_token_after_the_step_that_decided(decoded, reference, smollm2_dir):
+    """A ``steer`` decided mid-generation: the tokens up to the one sampled
+    in the deciding step are the unsteered ones; from that token's row on,
+    the stream is steered as in the Hugging Face reference steered from the
+    same position; the event names the window, and the steer stays on."""
+    from innerguard.engine.reference.steer import reference_steered_generate
+
+    llm, folder, free, want, params = decoded
+    k, threshold = firing(want, DECODE_WINDOW)
+    vector = make_vector(folder / "artifacts" / "decode-steer.safetensors", smollm2_dir, layer=6, seed=5)
+    (folder / "decode.yaml").write_text(decode_steer_policy(threshold, "decode-steer.safetensors", layer=6, coefficient=32.0))
+    llm.reload(folder)
+    try:
+        (out,) = llm.run([DECODED], params)
+    finally:
+        (folder / "decode.yaml").write_text(decode_policy())
+        llm.reload(folder)
+    prompt = list(free.output.prompt_token_ids)
+    expected = reference_steered_generate(reference[0], prompt, vector, layer=6, coefficient=32.0, positions="generated",
+                                          max_new_tokens=48, from_position=len(prompt) + k)
+    # This vector (seed, coefficient) changes the very first steered choice, so a steer
+    # that started one token late (or early) would not give ``expected``.
+    assert expected[k + 1] != free.token_ids[k + 1]
+    assert out.finish_reason == "length" and out.action == "allow"
+    assert out.token_ids[: k + 1] == free.token_ids[: k + 1]  # sampled before the decision
+    assert out.token_ids != free.token_ids  # the steer changed what came after
+    assert list(out.token_ids)[: k + 17] == expected[: k + 17]  # 16 steered choices, as the steering parity tests
+    (event,) = out.output_decisions
+    assert (event["rule"], event["action"], event["applied"]) == ("steer-written", "steer", True)
+    assert (event["token_index"], event["scored_tokens"]) == (k - DECODE_WINDOW, k)
 
 
 def test_a_teacher_forced_completion_is_scored_as_if_the_model_wrote_it(decoded, reference):
