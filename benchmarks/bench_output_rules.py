@@ -2,6 +2,7 @@
 exactly two engines in a run, side by side.
 
     .venv/bin/python benchmarks/bench_output_rules.py [--requests 16] [--max-tokens 96] [--rounds 6] [--json out.json]
+        [--prompt-words N]   (each user message carries N words of a real benign document, not a one-line request)
 
 One run measures up to three pairs (--pairs), each with its own guarded engine:
   control   plain vLLM vs a guarded engine whose one policy selects no request
@@ -95,7 +96,27 @@ TOPICS = ("a lighthouse keeper", "a bakery at dawn", "a lost umbrella", "a train
           "a chess club", "a garden in winter", "a river town", "an old radio")
 
 
-def _conversations(round_: int, n: int) -> list[list[dict]]:
+# Long prompts: benign third-party documents of the prompt-injection fit split (label 0), one per request.
+DOCUMENTS = Path(__file__).resolve().parents[1] / "data" / "injection" / "real-fit.jsonl"
+
+
+def documents(words: int) -> list[str]:
+    """Every benign document of at least ``words`` words, cut to that many."""
+    found = []
+    for line in DOCUMENTS.read_text().split("\n"):
+        if line.strip():
+            row = json.loads(line)
+            text = (row.get("data") or "").split()
+            if row.get("label") == 0 and len(text) >= words:
+                found.append(" ".join(text[:words]))
+    return found
+
+
+def _conversations(round_: int, n: int, docs: list[str] | None = None) -> list[list[dict]]:
+    if docs:  # a different document for each request of each round: no prefix-cache help past the system prompt
+        return [[{"role": "system", "content": "You are a helpful assistant."},
+                 {"role": "user", "content": f"Summarise document {round_}-{i}.\n\n{docs[round_ * n + i]}"}]
+                for i in range(n)]
     return [[{"role": "system", "content": "You are a helpful assistant."},
              {"role": "user", "content": f"Story {round_}-{i}: write about {TOPICS[i % len(TOPICS)]}, "
                                          f"chapter {round_ * 1000 + i}."}] for i in range(n)]
@@ -108,15 +129,16 @@ def _timed(fn):
 
 
 def _pair(name: str, first_round: int, plain, guarded, params, args) -> dict:
-    ratios, stops = [], 0
+    ratios, stops, prompt_tokens = [], 0, []
     for r in range(args.rounds):
-        conversations = _conversations(first_round + r, args.requests)
+        conversations = _conversations(first_round + r, args.requests, args.docs)
         order = ("plain", "guarded") if r % 2 == 0 else ("guarded", "plain")
         seconds, tokens = {}, {}
         for which in order:
             if which == "plain":
                 outs, seconds[which] = _timed(lambda: plain.chat(conversations, params, use_tqdm=False))
                 tokens[which] = sum(len(o.outputs[0].token_ids) for o in outs)
+                prompt_tokens.append(sum(len(o.prompt_token_ids) for o in outs) / len(outs))
             else:
                 outs, seconds[which] = _timed(lambda: guarded.chat(conversations, params))
                 tokens[which] = sum(len(o.token_ids) for o in outs)
@@ -126,7 +148,8 @@ def _pair(name: str, first_round: int, plain, guarded, params, args) -> dict:
         print(f"{name} round {r + 1}: plain {tokens['plain'] / seconds['plain']:.1f} tok/s, "
               f"guarded {tokens['guarded'] / seconds['guarded']:.1f} tok/s, {100 * ratio:.1f} %", flush=True)
     mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    return {"pair": name, "ratio": mean, "rounds": ratios, "stopped_or_blocked": stops}
+    return {"pair": name, "ratio": mean, "rounds": ratios, "stopped_or_blocked": stops,
+            "mean_prompt_tokens": sum(prompt_tokens) / len(prompt_tokens)}
 
 
 def policy_folder(folder: Path, pair: str) -> None:
@@ -147,8 +170,14 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=96, help="tokens each request generates")
     parser.add_argument("--rounds", type=int, default=6, help="rounds per pair (order alternates)")
     parser.add_argument("--pairs", nargs="+", default=["control", "output"], choices=["control", "output", "decode", "focus"])
+    parser.add_argument("--prompt-words", type=int, default=0,
+                        help="user messages of this many words of a real document (default: one-line requests)")
     parser.add_argument("--json", help="also write the figures here")
     args = parser.parse_args()
+    args.docs = documents(args.prompt_words) if args.prompt_words else None
+    if args.docs is not None and len(args.docs) < args.rounds * args.requests * len(args.pairs):
+        parser.error(f"only {len(args.docs)} documents have {args.prompt_words} words; "
+                     f"a run needs {args.rounds * args.requests * len(args.pairs)}: ask for fewer words")
 
     from vllm import SamplingParams
 
@@ -165,14 +194,16 @@ def main() -> int:
             policy_folder(Path(folder), name)
             guarded = GuardedLLM(model_dir, folder)
             try:
-                results.append(_pair(name, 100 * index, plain, guarded, params, args))
+                results.append(_pair(name, index * args.rounds, plain, guarded, params, args))  # fresh prompts for every round
             finally:
                 guarded.shutdown()
     for r in results:
         print(f"{r['pair']}: guarded / plain = {100 * r['ratio']:.1f} % "
-              f"(rounds {', '.join(f'{100 * x:.1f}' for x in r['rounds'])}); stopped or blocked: {r['stopped_or_blocked']}")
+              f"(rounds {', '.join(f'{100 * x:.1f}' for x in r['rounds'])}); stopped or blocked: {r['stopped_or_blocked']}; "
+              f"prompts of {r['mean_prompt_tokens']:.0f} tokens on average")
     if args.json:
-        Path(args.json).write_text(json.dumps({"config": vars(args), "results": results}, indent=2))
+        config = {k: v for k, v in vars(args).items() if k != "docs"}
+        Path(args.json).write_text(json.dumps({"config": config, "results": results}, indent=2))
     return 0 if all(r["stopped_or_blocked"] == 0 for r in results) else 1
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
 
 from innerguard.engine import logging as ig_logging
 from innerguard.engine.errors import InnerguardError
@@ -57,11 +60,15 @@ def main(argv: list[str] | None = None) -> int:
     if delegate is None and not getattr(args, "func", None):
         parser.print_help()
         return 2
+    sigterm = _SigtermStopsChildren()
     try:
         if delegate is not None:
-            return int(delegate(rest) or 0)
-        return int(args.func(args) or 0)
+            return int(delegate(rest) or 0)  # vLLM's server handles its own signals
+        with sigterm:
+            return int(args.func(args) or 0)
     except InnerguardError as exc:
+        if sigterm.received:
+            return sigterm.exit()
         print(f"innerguard: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except ModuleNotFoundError as exc:
@@ -73,8 +80,68 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        if sigterm.received:
+            return sigterm.exit()
         print("innerguard: interrupted", file=sys.stderr)
         return 130
+
+
+class _SigtermStopsChildren:
+    """SIGTERM (a job scheduler, ``timeout``, ``kill``) ends the command as
+    Ctrl-C does, and stops the processes it started. By default Python dies
+    at once: its ``finally: llm.shutdown()`` never runs, and vLLM's engine
+    and worker processes live on as orphans holding the machine's memory.
+    The handler stops the children itself and gives the command
+    ``GRACE_S`` to unwind (audit logs are flushed in ``finally`` blocks),
+    then exits: an exception raised in a signal handler is lost when it
+    lands in vLLM's start-up wait (a ZeroMQ poll), which then waits for the
+    stopped engine for minutes."""
+
+    GRACE_S = 20.0
+
+    def __init__(self):
+        self.received = False
+        self._installed = False
+
+    def __enter__(self):
+        # A caller that set its own handler keeps it; only the main thread may set one.
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc):
+        if self._installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if self.received and exc[0] is None:
+            raise KeyboardInterrupt  # the command ran to its end after all: still exit as terminated
+        return False
+
+    def _handle(self, signum, frame):
+        if self.received:
+            return
+        self.received = True
+        try:
+            import psutil  # vLLM's dependency: present wherever a command starts an engine
+
+            me = psutil.Process()
+            everyone, direct = me.children(recursive=True), me.children()
+            for child in direct:  # vLLM's engine core stops its own workers on SIGTERM
+                child.terminate()
+            psutil.wait_procs(direct, timeout=10)
+            for left in [p for p in everyone if p.is_running()]:
+                left.terminate()
+            psutil.wait_procs(everyone, timeout=5)
+        except Exception:  # noqa: BLE001 - nothing to stop, or no psutil: unwinding is what is left
+            pass
+        timer = threading.Timer(self.GRACE_S, lambda: os._exit(self.exit()))
+        timer.daemon = True
+        timer.start()
+        raise KeyboardInterrupt
+
+    def exit(self) -> int:
+        print("innerguard: terminated", file=sys.stderr, flush=True)
+        return 128 + signal.SIGTERM
 
 
 # A missing third-party module -> how to install it (the extras of pyproject.toml).

@@ -204,16 +204,7 @@ def test_a_streamed_decode_stop_sends_nothing_from_the_window_that_fired(server,
     tokens from k - window on (the hold-back defaults to the window), ends with content_filter and the rule's message, and the audit
     record names the token; with n = 2 and with two prompts, each choice on
     its own."""
-    install, reference = decode_served
-    install(1e9)  # never fires
-    free = _post(server, _long(return_token_ids=True, innerguard=DECODE)).json()
-    answer = free["choices"][0]
-    assert len(answer["token_ids"]) > DECODE_WINDOW + 4, answer
-    want = reference_decode_scores(reference, served_policies / "artifacts" / TOKEN_PROBE_ARTIFACT,
-                                   free["prompt_token_ids"], answer["token_ids"])
-    k, threshold = firing(want, DECODE_WINDOW)
-    cut = k - DECODE_WINDOW
-    install(threshold)
+    answer, cut = _decode_fires(server, served_policies, decode_served)
     stream = _events(_post(server, _long(stream=True, return_token_ids=True, innerguard=DECODE)))
     choices = [c for e in stream for c in e.get("choices", [])]
     assert [c["finish_reason"] for c in choices if c.get("finish_reason")] == ["content_filter"]
@@ -239,6 +230,61 @@ def test_a_streamed_decode_stop_sends_nothing_from_the_window_that_fired(server,
                    "return_token_ids": True, "innerguard": DECODE}
     _assert_each_choice_stopped(_post(server, body), cut)
     _assert_each_choice_stopped(_post(server, two_prompts, "/v1/completions"), None)
+
+
+def _decode_fires(server, served_policies, decode_served) -> tuple[dict, int]:
+    """The free answer to ``_long()`` under the decode policy, and the policy
+    installed with a threshold (from the Hugging Face reference's
+    teacher-forced scores of that answer) that fires once k tokens are
+    scored; returns the answer's choice and the cut, k - window."""
+    install, reference = decode_served
+    install(1e9)  # never fires
+    free = _post(server, _long(return_token_ids=True, innerguard=DECODE)).json()
+    answer = free["choices"][0]
+    assert len(answer["token_ids"]) > DECODE_WINDOW + 4, answer
+    want = reference_decode_scores(reference, served_policies / "artifacts" / TOKEN_PROBE_ARTIFACT,
+                                   free["prompt_token_ids"], answer["token_ids"])
+    k, threshold = firing(want, DECODE_WINDOW)
+    install(threshold)
+    return answer, k - DECODE_WINDOW
+
+
+def test_a_decode_stop_holds_in_every_request_shape_and_under_concurrency(server, served_policies, decode_served):
+    """Hostile shapes of the request whose answer the decode rule stops, 14
+    at once against the real server, the prompt in the prefix cache from
+    the first: streamed and not, logprobs and usage chunks, ``min_tokens`` /
+    ``ignore_eos`` (which must not keep it going), a body ``completion`` and
+    a ``generated_from`` extra argument (teacher forcing is for operator-written
+    rows only), special tokens kept. Each ends content_filter with no token
+    from the window that fired on."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    answer, cut = _decode_fires(server, served_policies, decode_served)
+    base = {"return_token_ids": True, "innerguard": DECODE}
+    shapes = [
+        _long(**base), _long(stream=True, **base),
+        _long(stream=True, stream_options={"include_usage": True}, logprobs=True, top_logprobs=2, **base),
+        _long(min_tokens=48, ignore_eos=True, **base), _long(stream=True, min_tokens=48, ignore_eos=True, **base),
+        _long(completion=answer["message"]["content"], **base), _long(vllm_xargs={"generated_from": 3}, stream=True, **base),
+    ] * 2
+    shapes[-1] = _long(skip_special_tokens=False, stream=True, **base)
+
+    def send(request):
+        response = _post(server, request)
+        assert response.status_code == 200, response.text
+        if not request.get("stream"):
+            (choice,) = response.json()["choices"]
+            return choice["token_ids"], choice["finish_reason"]
+        choices = [c for e in _events(response) for c in e.get("choices", [])]
+        return ([t for c in choices for t in c.get("token_ids") or ()],
+                [c["finish_reason"] for c in choices if c.get("finish_reason")])
+
+    with ThreadPoolExecutor(len(shapes)) as pool:
+        results = list(pool.map(send, shapes))
+    for (tokens, finish), request in zip(results, shapes):
+        shape = {k: v for k, v in request.items() if k not in ("messages", "innerguard")}
+        assert finish in ("content_filter", ["content_filter"]), shape
+        assert tokens == answer["token_ids"][:len(tokens)] and len(tokens) <= cut, (shape, len(tokens), cut)
 
 
 def _assert_each_choice_stopped(response: httpx.Response, most: int | None) -> None:
