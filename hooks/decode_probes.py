@@ -16,23 +16,24 @@ in decode_focus.py). It is pooled as a token probe's scores are.
 
 After each step's forward (the logits hook, decide_step.py) the output rules
 that read these signals ("decode" rules, ``Evaluator(phase="decode")``) are
-evaluated for every request that scored a new token, on the signal value
-the prompt's pooling gives the generated tokens scored so far: the largest
-mean over ``window`` consecutive tokens. The rules first run once every
-signal they read has a whole window: the mean of the first few tokens
-alone says little (the first one often scores far from the rest), and a
-completion shorter than a window plus one token is never judged. A ``steer`` starts at the next token
-(``decide_step.decide_generated``): the token sampled in the step that
-decided was chosen before the decision, so the first steered row is that
-token's, and the first steered choice the token after it. A steer decided
-here stays on to the end of the completion: the pooled value only grows,
-and a steer that came and went with each token would make the stream
-depend on where the window fell. A ``stop`` forces the row to end-of-sequence, as a block does, and
-the scheduler finishes the completion in this step; the record says where
-the violation starts: the first token of the window that made the rule fire.
-The engine takes the record (``RPC_TAKE_DECODE``) when the completion ends
-and returns nothing from that token on; a stream's hold-back (at least the
-window) has kept those tokens from being sent.
+evaluated for every request that scored a new token, on the signal value the
+prompt's pooling gives the generated tokens scored so far: the largest mean
+over ``window`` consecutive tokens. The rules first run once every signal
+they read has a whole window: the mean of the first few tokens alone says
+little (the first one often scores far from the rest), and a completion
+shorter than a window plus one token is never judged. A ``steer`` starts at
+the next token (``decide_step.decide_generated``): the token sampled in the
+step that decided was chosen before the decision, so the first steered row
+is that token's, and the first steered choice the token after it. A steer
+decided here stays on to the end of the completion: the pooled value only
+grows, and a steer that came and went with each token would make the stream
+depend on where the window fell. A ``stop`` forces the row to
+end-of-sequence, as a block does, and the scheduler finishes the completion
+in this step; the record says where the violation starts: the first token of
+the window that made the rule fire. The engine takes the record
+(``RPC_TAKE_DECODE``) when the completion ends and returns nothing from that
+token on; a stream's hold-back (at least the window) has kept those tokens
+from being sent.
 
 Rules here are evaluated after every scored token: the policy's
 ``output.every`` spaces the engine's reads of the generated text only.
