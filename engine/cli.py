@@ -102,6 +102,7 @@ class _SigtermStopsChildren:
     def __init__(self):
         self.received = False
         self._installed = False
+        self._deadline: threading.Timer | None = None
 
     def __enter__(self):
         # A caller that set its own handler keeps it; only the main thread may set one.
@@ -134,12 +135,14 @@ class _SigtermStopsChildren:
             psutil.wait_procs(everyone, timeout=5)
         except Exception:  # noqa: BLE001 - nothing to stop, or no psutil: unwinding is what is left
             pass
-        timer = threading.Timer(self.GRACE_S, lambda: os._exit(self.exit()))
-        timer.daemon = True
-        timer.start()
+        self._deadline = threading.Timer(self.GRACE_S, lambda: os._exit(self.exit()))
+        self._deadline.daemon = True
+        self._deadline.start()
         raise KeyboardInterrupt
 
     def exit(self) -> int:
+        if self._deadline is not None:
+            self._deadline.cancel()  # unwound in time (a no-op when the deadline itself calls)
         print("innerguard: terminated", file=sys.stderr, flush=True)
         return 128 + signal.SIGTERM
 
