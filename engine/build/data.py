@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from innerguard.engine.errors import InnerguardError
-from innerguard.engine.jsonl import json_object
+from innerguard.engine.jsonl import json_object, split_lines
 
 
 class BuildDataError(InnerguardError):
@@ -43,7 +43,7 @@ def read_jsonl(path: str | Path, what: str) -> DataFile:
     except OSError as exc:
         raise BuildDataError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
     try:
-        lines = raw.decode("utf-8").split("\n")  # JSON Lines: "\n" only (str.splitlines also cuts at U+2028, U+0085 inside a string)
+        lines = split_lines(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise BuildDataError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     rows = []

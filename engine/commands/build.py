@@ -292,8 +292,11 @@ def _token_probe(args) -> int:
                               length_adjust=args.length_adjust, seed=args.seed, generated=args.generated)
     params.check(models.read_geometry(_model_dir(args)).num_layers)
     _precheck_files(params)
-    source = data_lib.read_jsonl(args.data, "--data")
-    data_lib.completions(source, "--generated") if args.generated else inserted_rows(source)
+    source = data_lib.read_jsonl(args.data, "--data")  # what the rows must carry, checked before the engine starts
+    if args.generated:
+        data_lib.completions(source, "--generated")
+    else:
+        inserted_rows(source)
     return _build(args, params)
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from innerguard.engine.errors import InnerguardError
+from innerguard.engine.jsonl import split_lines
 from innerguard.engine.logging import get_logger
 from innerguard.engine.commands.engine_options import add_enforce_eager
 
@@ -57,7 +58,7 @@ output rows:
 def read_rows(path: str) -> list[dict]:
     rows = []
     try:
-        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may sit inside a string
+        lines = split_lines(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InnerguardError(f"cannot read {path}: {exc}") from None
     for number, line in enumerate(lines, 1):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from innerguard.engine.errors import InnerguardError
-from innerguard.engine.jsonl import json_object
+from innerguard.engine.jsonl import json_object, split_lines
 
 
 class DataError(InnerguardError):
@@ -27,7 +27,7 @@ class LabelledRow:
 
 def load_rows(path: str | Path) -> list[LabelledRow]:
     try:
-        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: U+2028 may sit inside a string
+        lines = split_lines(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read {path}: {exc}") from None
     rows = []
