@@ -88,7 +88,7 @@ WORDS = ("the of and to in is that for it as was with be by on not he this are o
 def _policy(name: str, description: str, body: str, spans: bool = True) -> str:
     """A bench policy: the shared header, then its signals and rules."""
     head = (f"apiVersion: innerguard/v1\nkind: Policy\n"
-            f"metadata: {{name: {name}, version: 1.0.0, owner: bench, description: {description}}}\n"
+            f"metadata: {{name: {name}, version: 1.0.0, owner: bench, description: {json.dumps(description)}}}\n"
             "mode: enforce\non_error: fail-open\n")
     if spans:
         head += "spans:\n  trusted: {roles: [system]}\n  untrusted: {roles: [user]}\n"
@@ -140,7 +140,7 @@ rules:
     "probe.yaml": _policy("probe", "token probe on every fourth layer; flags only",
                           _token_probe(span="untrusted", action="flag")),
     "output.yaml": _policy("output", "an output rule read after every step; never matches", OUTPUT_RULE, spans=False),
-    "decode.yaml": _policy("decode", "a token probe on every generated token, read by a stop rule; never fires",
+    "decode.yaml": _policy("decode", "a token probe on every generated token, read by a stop rule that never fires",
                            _token_probe(span="generated", action="stop"), spans=False),
     # A share of 1.0 needs no attention at all on the user's message: never reached.
     "focus.yaml": _policy("focus", "attention toward the system prompt on every generated token; never fires", f"""\

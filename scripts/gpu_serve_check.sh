@@ -121,7 +121,7 @@ profile)
 offline)
   t0=$(date +%s)
   deadline=${DEADLINE:-540}
-  run_s=150  # one paired run: two engines up, warm-up, eight pairs of rounds
+  run_s=${RUN_S:-150}  # one paired run: two engines up, warm-up, eight pairs of rounds (fewer PAIRS: less)
   specs=${2:?offline "RUNNER:MODE ...", RUNNER v1 or v2}
   tag=$(echo "$specs" | tr ' :' '_-')
   [ -f "$SITE/.kit-installed" ] || install > "$OUT"/setup.log 2>&1
