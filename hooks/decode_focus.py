@@ -12,7 +12,7 @@ same requests decode, rebuilt when one joins or leaves), and one batched
 product gives every share. A request that reads several tokens in one step
 (a teacher-forced answer, a recompute) is read on its own. The layers'
 shares add up in one ``[rows]`` accumulator per tracker, handed to each
-request's ``DecodeProbes`` once, after the forward (``finish``).
+request's ``DecodeProbes`` once, on the host, after the forward (``finish``).
 """
 from __future__ import annotations
 
@@ -22,15 +22,7 @@ from typing import Any
 import torch
 
 from innerguard.hooks.analyzers import attention_tracker
-
-
-@dataclass(eq=False)
-class _Readers:
-    """The step's requests that one tracker reads one token of, together."""
-
-    members: list  # Rows, in order
-    row_index: torch.Tensor  # each member's generated row in the step (long; moved to the device at first use)
-    values: torch.Tensor | None = None  # [members]: the shares added up over the layers so far
+from innerguard.hooks.decode_probes import StepReaders
 
 
 @dataclass(eq=False)
@@ -50,7 +42,7 @@ class FocusStep:
     """One step's generated-token attention trackers."""
 
     geometry: Any
-    batched: dict[str, _Readers] = field(default_factory=dict)  # signal -> the one-token readers
+    batched: dict[str, StepReaders] = field(default_factory=dict)  # signal -> the one-token readers
     single: list = field(default_factory=list)  # Rows read one by one (several tokens this step)
 
     @classmethod
@@ -67,9 +59,7 @@ class FocusStep:
                     grouped.setdefault(signal, []).append(r)
             else:
                 step.single.append(r)
-        for signal, members in grouped.items():
-            index = torch.tensor([m.generated_rows[0] for m in members], dtype=torch.long)
-            step.batched[signal] = _Readers(members, index)
+        step.batched = StepReaders.of(grouped)
         return step
 
     def read(self, layer: int, query: torch.Tensor, scale: float, cache: dict) -> None:
@@ -103,14 +93,16 @@ class FocusStep:
                 r.state.fail(f"generated-token attention at layer {layer} failed: {type(exc).__name__}: {exc}")
 
     def finish(self) -> None:
-        """Hand each batched request its token's value (after the forward)."""
+        """Hand each batched request its token's value (after the forward):
+        one device-to-host copy per tracker for the whole step, not one per
+        request (decode_probes.ProbeStep says what that cost on a GPU)."""
         for signal, readers in self.batched.items():
             if readers.values is None:
                 continue
             values = readers.values / readers.members[0].state.decode.focus[signal].num_heads
-            for r, value in zip(readers.members, values.split(1)):
+            for r, value in zip(readers.members, values.tolist()):
                 if r.state.error is None:
-                    r.state.decode.add(signal, r.generated_first, value)
+                    r.state.decode.put(signal, r.generated_first, [value])
 
 
 def _complete(decode) -> bool:

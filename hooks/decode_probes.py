@@ -35,8 +35,10 @@ the window that made the rule fire. The engine takes the record
 token on; a stream's hold-back (at least the window) has kept those tokens
 from being sent.
 
-Rules here are evaluated after every scored token: the policy's
-``output.every`` spaces the engine's reads of the generated text only.
+Rules here are evaluated after every scored token that changes a pooled
+value (the rules are a pure function of the values; on the others they
+would find what they found before): the policy's ``output.every`` spaces
+the engine's reads of the generated text only.
 """
 from __future__ import annotations
 
@@ -111,6 +113,9 @@ class DecodeProbes:
     focus: dict[str, Focus] = field(default_factory=dict)  # the attention trackers'
     span_keys: dict[str, dict[int, attention_tracker.SpanKeys]] | None = None  # signal -> layer -> keys
     sums: dict[str, torch.Tensor] = field(default_factory=dict)  # signal -> per-token sums over layers (device)
+    # signal -> (first token, host values) of this step's tokens, where the
+    # step's requests were scored together (ProbeStep): read instead of sums
+    step_values: dict[str, tuple[int, list[float]]] = field(default_factory=dict)
     scored: int = 0  # generated tokens whose scores are final
     pending: tuple[int, int] | None = None  # generated tokens this step scores
     stopped: bool = False
@@ -119,6 +124,7 @@ class DecodeProbes:
     reported: set[tuple[str, str | None]] = field(default_factory=set)
     steering: set[str] = field(default_factory=set)  # steer ids decided so far: once on, on to the end
     new_steers: list[str] = field(default_factory=list)  # decided in the last evaluation, for the worker to start
+    evaluated: tuple | None = None  # the signal values the rules last ran on
     # What the engine takes (RPC_TAKE_DECODE): the events so far, the stop,
     # every scored token's score and each signal's value so far (once a
     # whole window is scored). Live: the lists grow in place.
@@ -166,7 +172,13 @@ class DecodeProbes:
                 grown[: sums.numel()] = sums
                 self.sums[signal] = sums = grown
             sums[first:end] = 0
+        self.step_values.clear()
         self.pending = (first, end)
+
+    def put(self, signal: str, first: int, values: list[float]) -> None:
+        """This step's final scores of tokens from ``first`` on, on the host
+        (the step's requests scored together, ``ProbeStep.finish``)."""
+        self.step_values[signal] = (first, values)
 
     def add(self, signal: str, first: int, values: torch.Tensor) -> None:
         """One layer's share of the scores of generated tokens from ``first`` on."""
@@ -195,16 +207,30 @@ class DecodeProbes:
             if self.error is not None:
                 values[signal] = SignalError(self.error)
                 continue
+            kept = self.step_values.get(signal)
             sums = self.sums.get(signal)
-            if sums is None:
+            if kept is not None and kept[0] <= first and kept[0] + len(kept[1]) >= end:
+                pooled.add(kept[1][first - kept[0]:end - kept[0]])
+            elif sums is None:
                 values[signal] = SignalError(f"no scores were computed for {signal}")
                 continue
-            pooled.add(sums[first:end].tolist())
+            else:
+                pooled.add(sums[first:end].tolist())
             values[signal], starts[signal] = pooled.value()
         self.scored = end
         self.record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
         if self.error is None and not all(p.ready for p in self.signals.values()):
             return None
+        if self.error is None:
+            # A pooled value only changes when a new window beats the best so
+            # far; the rules are a pure function of the values, and what they
+            # found on these values is already recorded (events once, a steer
+            # once, a stop ends the completion). Most steps change no value:
+            # re-running the rules per request and step was host time on a GPU.
+            now = tuple(values[s] for s in self.signals)
+            if now == self.evaluated:
+                return None
+            self.evaluated = now
         verdict = self.evaluator.evaluate(values)
         stop = None
         for decision in verdict.decisions:
@@ -291,25 +317,102 @@ def _focus(spec) -> Focus:
                  spec.params.get("toward", "trusted"), len(spec.params["heads"]))
 
 
-def generated_probe_hook(runtime, layer: int):
-    """At the layer point of ``layer``: each decode probe's share of the
-    scores of the generated tokens in this step, ``w_layer · (hidden + residual)``."""
+@dataclass(eq=False)
+class StepReaders:
+    """The step's requests whose one generated token a signal reads together
+    (here and in decode_focus.py)."""
 
-    def score_generated(hidden, residual):
-        runtime.hook_calls[f"generated.{layer}"] += 1
-        for rows in runtime.rows:
-            decode = rows.state.decode
-            a, b = rows.generated_rows
-            if decode is None or b <= a or layer not in decode.layers:
+    members: list  # Rows, in order
+    row_index: torch.Tensor  # each member's generated row in the step (long; moved to the device at first use)
+    values: torch.Tensor | None = None  # [members]: the values added up over the layers so far
+
+    @classmethod
+    def of(cls, grouped: dict[str, list]) -> dict[str, "StepReaders"]:
+        """Each signal's members (Rows), their generated rows as one index."""
+        return {signal: cls(members, torch.tensor([m.generated_rows[0] for m in members], dtype=torch.long))
+                for signal, members in grouped.items()}
+
+
+@dataclass(eq=False)
+class ProbeStep:
+    """One step's generated-token probes. A request that decodes one token
+    is scored with the step's others: one gather and one product per layer
+    and signal, and one copy to the host after the forward (``finish``).
+    Scored one by one, each request cost a handful of kernels per layer and
+    a wait for the device per step; on an H200 (640 requests a round) a
+    never-firing decode rule then ran at 12.8 % of plain vLLM
+    (benchmarks/README.md, 2026-12-07). A request that scores several
+    tokens in one step (a teacher-forced answer, a recompute) is scored on
+    its own, into its device sums."""
+
+    batched: dict[str, StepReaders] = field(default_factory=dict)  # signal -> its one-token requests
+    single: list = field(default_factory=list)  # Rows scored one by one
+
+    @classmethod
+    def collect(cls, rows) -> "ProbeStep":
+        step = cls()
+        grouped: dict[str, list] = {}
+        for r in rows:
+            decode = r.state.decode
+            a, b = r.generated_rows
+            if decode is None or b <= a or not decode.layers:
                 continue
+            if b - a == 1 and decode.error is None:
+                for signal in decode.signals:
+                    if signal not in decode.focus:
+                        grouped.setdefault(signal, []).append(r)
+            else:
+                step.single.append(r)
+        step.batched = StepReaders.of(grouped)
+        return step
+
+    def read(self, layer: int, hidden: torch.Tensor, residual: torch.Tensor, weights: dict) -> None:
+        """``layer``'s share of every score of this step: ``w_layer · (hidden + residual)``."""
+        for signal, scored in self.batched.items():
+            weight = weights.get((signal, layer))
+            if weight is None:
+                continue
+            try:
+                if scored.row_index.device != hidden.device:
+                    scored.row_index = scored.row_index.to(hidden.device, non_blocking=True)
+                stream = (hidden.index_select(0, scored.row_index) + residual.index_select(0, scored.row_index)).float()
+                values = stream @ weight
+                scored.values = values if scored.values is None else scored.values + values
+            except Exception as exc:
+                for r in scored.members:
+                    r.state.fail(f"generated-token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
+        for rows in self.single:
+            decode = rows.state.decode
+            if layer not in decode.layers:
+                continue
+            a, b = rows.generated_rows
             try:
                 stream = (hidden[a:b] + residual[a:b]).float()
                 for signal in decode.signals:
-                    weight = runtime.token_weights.get((signal, layer))
+                    weight = weights.get((signal, layer))
                     if weight is not None:
                         decode.add(signal, rows.generated_first, stream @ weight)
             except Exception as exc:
                 rows.state.fail(f"generated-token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
 
-    return runtime.contained(f"generated.{layer}", score_generated)
+    def finish(self) -> None:
+        """Hand each batched request its token's score (after the forward):
+        one device-to-host copy per signal for the whole step."""
+        for signal, scored in self.batched.items():
+            if scored.values is None:
+                continue
+            for r, value in zip(scored.members, scored.values.tolist()):
+                r.state.decode.put(signal, r.generated_first, [value])
 
+
+def generated_probe_hook(runtime, layer: int):
+    """At the layer point of ``layer``: the step's generated-token probes
+    that read it (their ``ProbeStep``, made at the first such layer of the step)."""
+
+    def score_generated(hidden, residual):
+        runtime.hook_calls[f"generated.{layer}"] += 1
+        if runtime.probe_step is None:
+            runtime.probe_step = ProbeStep.collect(runtime.rows)
+        runtime.probe_step.read(layer, hidden, residual, runtime.token_weights)
+
+    return runtime.contained(f"generated.{layer}", score_generated)

@@ -79,6 +79,7 @@ class GuardRuntime:
                                      for layer, _ in a.params["heads"]})
         self.decode_rules = DecodeRules(self.analyzers)
         self.focus_step = None  # this step's generated-token attention trackers (decode_focus.FocusStep)
+        self.probe_step = None  # this step's generated-token probes (decode_probes.ProbeStep)
         self.focus_keys: dict = {}  # their padded span keys by (signal, layer), while the same requests decode
         self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
                               for layer, name in a.params["weights"].items()}
@@ -179,6 +180,7 @@ class GuardRuntime:
     def begin_step(self) -> None:
         self.rows = []
         self.focus_step = None
+        self.probe_step = None
         self.steer_rows = {}
         self.decided_this_step = False
         self._step_indices = {}

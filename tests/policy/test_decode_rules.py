@@ -100,6 +100,31 @@ def test_a_stop_cuts_at_the_first_token_of_the_window_that_fired(tmp_path):
     assert (event["token_index"], event["scored_tokens"], event["action"], event["applied"]) == (8, 12, "stop", True)
 
 
+def test_the_rules_run_again_only_when_a_value_changes_and_host_scores_pool_as_device_scores(tmp_path):
+    """A step's one-token requests hand their scores over on the host
+    (``put``, decode_probes.ProbeStep): pooled as the device sums are. The
+    rules are a pure function of the pooled values, which only change when
+    a window beats the best so far: they run again only then."""
+    _, analyzers, program = _plan(tmp_path)
+    rng = random.Random(5)
+    scores = [rng.uniform(-2, 0.4) for _ in range(40)]
+    on_device, on_host = DecodeRules(analyzers).start([program]), DecodeRules(analyzers).start([program])
+    ran = []
+    evaluate = on_device.evaluator.evaluate
+    on_device.evaluator = SimpleNamespace(evaluate=lambda values: ran.append(values["drift.drift"]) or evaluate(values))
+    assert _score(on_device, scores) == [None] * 40
+    for i, value in enumerate(scores):
+        on_host.begin(i, 1)
+        on_host.put("drift.drift", i, torch.tensor([value], dtype=torch.float32).tolist())  # as ProbeStep hands it
+        assert on_host.evaluate() is None
+    assert on_host.record["scores"] == on_device.record["scores"]
+    assert on_host.signals["drift.drift"].value() == on_device.signals["drift.drift"].value()
+    kept = on_device.record["scores"]["drift.drift"]
+    bests = [max(sum(kept[j:j + 4]) / 4 for j in range(n - 3)) for n in range(4, 41)]  # after each token
+    assert len(ran) == 1 + sum(b > a for a, b in zip(bests, bests[1:])) < len(bests)
+    assert ran == sorted(set(ran))
+
+
 def test_no_rule_runs_before_a_whole_window_is_scored(tmp_path):
     _, analyzers, program = _plan(tmp_path)
     probes = DecodeRules(analyzers).start([program])

@@ -362,6 +362,38 @@ def test_a_teacher_forced_completion_is_scored_as_if_the_model_wrote_it(decoded,
     assert [r.acted for r in after] == [r.score > (before[0].score + before[1].score) / 2 for r in before] != [True, True]
 
 
+def test_requests_that_decode_together_are_each_scored_as_the_reference_scores_them(decoded, reference):
+    """decode_probes.ProbeStep scores the one token of every request that
+    decodes in a step together (one product per layer, one copy to the
+    host) and a request that reads several tokens on its own: in one batch
+    of free answers to prompts of different lengths, a request without the
+    policy and a teacher-forced answer, every request's scores equal the
+    reference's for that request alone."""
+    llm, folder, free, _, params = decoded
+    (folder / "decode.yaml").write_text(decode_policy())  # never fires
+    llm.reload(folder)
+    asks = ("Name three birds.", "Explain, step by step and with an example, how a bicycle's gears make "
+            "climbing a steep hill easier for the rider.")
+    rows = [DECODED, *({"id": f"ask-{i}", "messages": [CHAT[0], {"role": "user", "content": ask}], "tags": ["decode"]}
+                       for i, ask in enumerate(asks)),
+            {"id": "unwatched", "messages": CHAT},
+            {**DECODED, "id": "forced", "completion": free.text, "max_tokens": 1}]
+    outs = llm.run(rows, params)
+    assert [o.error for o in outs] == [None] * 5 and outs[0].token_ids == free.token_ids
+    assert "decode.written" not in (outs[3].decode_scores[0] if outs[3].decode_scores else {})
+    artifact = folder / "artifacts" / TOKEN_PROBE_ARTIFACT
+    for out in outs[:3]:
+        want = reference_decode_scores(reference, artifact, out.output.prompt_token_ids, out.token_ids)
+        got = out.decode_scores[0]["decode.written"]
+        assert len(got) == len(want) == len(out.token_ids) - 1 > DECODE_WINDOW
+        assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4
+    full, rendered = outs[4].output.prompt_token_ids, len(free.output.prompt_token_ids)
+    want = reference_decode_scores(reference, artifact, full[:rendered], list(full[rendered:]) + [0])
+    got = outs[4].decode_scores[0]["decode.written"]
+    assert len(got) == len(want) == len(full) - rendered
+    assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-4
+
+
 # -- decode rules on attention: how much the model reads its system prompt -----
 
 FOCUSED = {"id": "focused", "messages": CHAT, "tags": ["decode-focus"]}
