@@ -102,7 +102,7 @@ class FocusStep:
             values = readers.values / readers.members[0].state.decode.focus[signal].num_heads
             for r, value in zip(readers.members, values.tolist()):
                 if r.state.error is None:
-                    r.state.decode.put(signal, r.generated_first, [value])
+                    r.state.decode.put(signal, value)
 
 
 def _complete(decode) -> bool:

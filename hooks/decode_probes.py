@@ -113,9 +113,9 @@ class DecodeProbes:
     focus: dict[str, Focus] = field(default_factory=dict)  # the attention trackers'
     span_keys: dict[str, dict[int, attention_tracker.SpanKeys]] | None = None  # signal -> layer -> keys
     sums: dict[str, torch.Tensor] = field(default_factory=dict)  # signal -> per-token sums over layers (device)
-    # signal -> (first token, host values) of this step's tokens, where the
+    # signal -> this step's one token's final score, on the host, where the
     # step's requests were scored together (ProbeStep): read instead of sums
-    step_values: dict[str, tuple[int, list[float]]] = field(default_factory=dict)
+    step_values: dict[str, float] = field(default_factory=dict)
     scored: int = 0  # generated tokens whose scores are final
     pending: tuple[int, int] | None = None  # generated tokens this step scores
     stopped: bool = False
@@ -175,10 +175,10 @@ class DecodeProbes:
         self.step_values.clear()
         self.pending = (first, end)
 
-    def put(self, signal: str, first: int, values: list[float]) -> None:
-        """This step's final scores of tokens from ``first`` on, on the host
+    def put(self, signal: str, value: float) -> None:
+        """The final score of the one token this step computes, on the host
         (the step's requests scored together, ``ProbeStep.finish``)."""
-        self.step_values[signal] = (first, values)
+        self.step_values[signal] = value
 
     def add(self, signal: str, first: int, values: torch.Tensor) -> None:
         """One layer's share of the scores of generated tokens from ``first`` on."""
@@ -207,10 +207,9 @@ class DecodeProbes:
             if self.error is not None:
                 values[signal] = SignalError(self.error)
                 continue
-            kept = self.step_values.get(signal)
             sums = self.sums.get(signal)
-            if kept is not None and kept[0] <= first and kept[0] + len(kept[1]) >= end:
-                pooled.add(kept[1][first - kept[0]:end - kept[0]])
+            if signal in self.step_values:
+                pooled.add([self.step_values[signal]])
             elif sums is None:
                 values[signal] = SignalError(f"no scores were computed for {signal}")
                 continue
@@ -402,7 +401,7 @@ class ProbeStep:
             if scored.values is None:
                 continue
             for r, value in zip(scored.members, scored.values.tolist()):
-                r.state.decode.put(signal, r.generated_first, [value])
+                r.state.decode.put(signal, value)
 
 
 def generated_probe_hook(runtime, layer: int):

@@ -115,7 +115,7 @@ def test_the_rules_run_again_only_when_a_value_changes_and_host_scores_pool_as_d
     assert _score(on_device, scores) == [None] * 40
     for i, value in enumerate(scores):
         on_host.begin(i, 1)
-        on_host.put("drift.drift", i, torch.tensor([value], dtype=torch.float32).tolist())  # as ProbeStep hands it
+        on_host.put("drift.drift", torch.tensor([value], dtype=torch.float32).item())  # as ProbeStep hands it
         assert on_host.evaluate() is None
     assert on_host.record["scores"] == on_device.record["scores"]
     assert on_host.signals["drift.drift"].value() == on_device.signals["drift.drift"].value()
