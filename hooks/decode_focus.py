@@ -32,7 +32,7 @@ class _Padded:
 
     members: tuple  # each member's DecodeProbes, in order (held: an id could be reused)
     heads: torch.Tensor  # the layer's query heads (device, long)
-    keys: torch.Tensor  # [members, heads, d, longest]: K transposed, times the softmax scale
+    keys: torch.Tensor  # [members, heads, d, longest]: K transposed, in the cache's dtype (SpanKeys.keys)
     padding: torch.Tensor  # [members, 1, 1, longest]: 0 at a span token, -inf past a member's own
     toward: torch.Tensor  # [members, 1, longest, 1]: 1.0 at a token of the span the share goes toward
 
@@ -69,10 +69,10 @@ class FocusStep:
             if layer not in focus.heads:
                 continue
             try:
-                padded = _padded(cache, signal, layer, readers.members, scale)
+                padded = _padded(cache, signal, layer, readers.members)
                 if readers.row_index.device != query.device:
                     readers.row_index = readers.row_index.to(query.device, non_blocking=True)
-                shares = _batched_shares(query.index_select(0, readers.row_index), padded, self.geometry)
+                shares = _batched_shares(query.index_select(0, readers.row_index), padded, self.geometry, scale)
                 readers.values = shares if readers.values is None else readers.values + shares
             except Exception as exc:
                 for r in readers.members:
@@ -111,7 +111,7 @@ def _complete(decode) -> bool:
     return kept is not None and all(len(kept.get(s, ())) == len(f.heads) for s, f in decode.focus.items())
 
 
-def _padded(cache: dict, signal: str, layer: int, members, scale: float) -> _Padded:
+def _padded(cache: dict, signal: str, layer: int, members) -> _Padded:
     """The members' span keys at ``layer``, padded: kept in ``cache`` while
     the same requests decode together."""
     decodes = tuple(m.state.decode for m in members)
@@ -131,18 +131,21 @@ def _padded(cache: dict, signal: str, layer: int, members, scale: float) -> _Pad
         # token of neither span, share 0 (as generated_shares).
         padding[i, ..., :max(n, 1)] = 0.0
         toward[i, :, :span.toward] = 1.0
-    padded = _Padded(decodes, spans[0].heads, (keys * scale).transpose(2, 3).contiguous(),
+    cache.pop((signal, layer), None)  # the old members' copy goes before the new one is made
+    padded = _Padded(decodes, spans[0].heads, keys.transpose(2, 3).contiguous(),
                      padding.to(first.device, non_blocking=True), toward.to(first.device, non_blocking=True))
     cache[(signal, layer)] = padded
     return padded
 
 
-def _batched_shares(rows: torch.Tensor, padded: _Padded, geometry) -> torch.Tensor:
+def _batched_shares(rows: torch.Tensor, padded: _Padded, geometry, scale: float) -> torch.Tensor:
     """Per member (one query row each), the sum over the layer's heads of
     each head's share toward the span: float32 ``[members]``."""
     h, d = geometry.num_heads, geometry.head_dim
-    q = rows.float().view(rows.shape[0], h, 1, d).index_select(1, padded.heads)  # [m, heads, 1, d]
-    weights = torch.softmax(q @ padded.keys + padded.padding, dim=-1)  # [m, heads, 1, longest]
+    q = rows.float().view(rows.shape[0], h, 1, d).index_select(1, padded.heads) * scale  # [m, heads, 1, d]
+    # The logits in float32 (as generated_head_shares); on a GPU the upcast
+    # keys live for this layer's product only.
+    weights = torch.softmax(q @ padded.keys.float() + padded.padding, dim=-1)  # [m, heads, 1, longest]
     return (weights @ padded.toward).sum(dim=(1, 2, 3))
 
 
@@ -156,6 +159,10 @@ def generated_focus_hook(runtime, layer: int, geometry):
         runtime.hook_calls[f"focus.{layer}"] += 1
         if runtime.focus_step is None:
             runtime.focus_step = FocusStep.collect(runtime.rows, geometry)
+            # Padded keys no request of this step reads would hold the span
+            # keys of finished requests until the plan is uninstalled.
+            for stale in [k for k in runtime.focus_keys if k[0] not in runtime.focus_step.batched]:
+                del runtime.focus_keys[stale]
         runtime.focus_step.read(layer, query, scale, runtime.focus_keys)
 
     return runtime.contained(f"focus.{layer}", read_generated)

@@ -199,7 +199,11 @@ class SpanKeys:
     chosen heads: the tokens of the span the share goes toward first."""
 
     heads: torch.Tensor  # [h] query heads (long, on the keys' device)
-    keys: torch.Tensor  # float32 [h, S, d]: each chosen head's K (its KV head's) at the span tokens
+    # [h, S, d]: each chosen head's K (its KV head's) at the span tokens, in
+    # the cache's dtype. Kept for every decoding request, outside vLLM's KV
+    # budget: bf16 on a GPU is half the memory of float32, and upcasting
+    # where it is read loses nothing, since the cache holds bf16 anyway.
+    keys: torch.Tensor
     toward: int  # the first ``toward`` of the S tokens are the span the share goes to
 
 
@@ -221,8 +225,7 @@ def span_keys(
         raise ValueError("the trusted and the untrusted spans overlap")
     head_index = torch.tensor(list(heads), dtype=torch.long)
     index = torch.tensor(positions, dtype=torch.long).to(k.device, non_blocking=True)
-    # Upcast: bf16 logits lose the small weights that attention ratios sum.
-    picked = k.index_select(0, index).view(len(positions), h_kv, d).float()
+    picked = k.index_select(0, index).view(len(positions), h_kv, d)
     keys = picked.index_select(1, kv_heads_of(head_index, geometry).to(k.device)).transpose(0, 1).contiguous()
     return SpanKeys(head_index.to(k.device), keys, sum(end - start for start, end in toward))
 
@@ -238,7 +241,8 @@ def generated_head_shares(q: torch.Tensor, span: SpanKeys, geometry: Geometry, s
     if span.toward == 0:
         return q.new_zeros(rows, span.heads.numel(), dtype=torch.float32)
     q_heads = q.float().view(rows, h, d).index_select(1, span.heads)  # [n, h, d]
-    logits = torch.einsum("nhd,hsd->nhs", q_heads, span.keys) * scale
+    # In float32: bf16 logits lose the small weights that attention ratios sum.
+    logits = torch.einsum("nhd,hsd->nhs", q_heads, span.keys.float()) * scale
     return torch.exp(torch.logsumexp(logits[..., : span.toward], dim=-1) - torch.logsumexp(logits, dim=-1))
 
 

@@ -395,9 +395,53 @@ def test_the_step_reads_its_decoding_requests_together_as_each_alone():
     members = [SimpleNamespace(state=SimpleNamespace(decode=SimpleNamespace(span_keys={"s": {7: k}}))) for k in keys]
     q = torch.randn(len(members), 6 * 8, generator=g)
     cache: dict = {}
-    padded = _padded(cache, "s", 7, members, 0.25)
-    got = _batched_shares(q, padded, geometry)
+    padded = _padded(cache, "s", 7, members)
+    got = _batched_shares(q, padded, geometry, 0.25)
     want = torch.cat([generated_shares(q[i:i + 1], k, geometry, 0.25) for i, k in enumerate(keys)])
     assert torch.allclose(got, want, atol=1e-6) and got[2] == 0 and torch.allclose(got[3], torch.tensor(2.0))
-    assert _padded(cache, "s", 7, members, 0.25) is padded  # the same requests: kept
-    assert _padded(cache, "s", 7, members[:3], 0.25) is not padded  # one left: rebuilt
+    assert _padded(cache, "s", 7, members) is padded  # the same requests: kept
+    assert _padded(cache, "s", 7, members[:3]) is not padded  # one left: rebuilt
+
+
+def test_span_keys_stay_in_the_caches_dtype_and_are_read_in_float32():
+    """The span keys of every decoding request live outside vLLM's KV
+    budget (an H100 run of 640 requests ran out of memory with them in
+    float32): they are kept in the captured dtype, and the shares read from
+    bf16 keys equal those read from the same values held in float32."""
+    from innerguard.hooks.analyzers.attention import HeadGeometry
+    from innerguard.hooks.analyzers.attention_tracker import generated_shares, span_keys
+    from innerguard.hooks.decode_focus import _batched_shares, _padded
+
+    geometry = HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8)
+    g = torch.Generator().manual_seed(9)
+    k = torch.randn(3, 41, 2 * 8, generator=g).to(torch.bfloat16)
+    q = torch.randn(3, 6 * 8, generator=g)
+    spans = [([(1, 9)], [(10, 30)]), ([(0, 3)], [(4, 6)]), ([(5, 40)], [(0, 5)])]
+    kept = [span_keys(k[i], [1, 4], *spans[i], geometry) for i in range(3)]
+    wide = [span_keys(k[i].float(), [1, 4], *spans[i], geometry) for i in range(3)]
+    assert all(s.keys.dtype == torch.bfloat16 for s in kept)
+    for i in range(3):
+        got, want = generated_shares(q[i:i + 1], kept[i], geometry, 0.3), generated_shares(q[i:i + 1], wide[i], geometry, 0.3)
+        assert torch.allclose(got, want, atol=1e-6) and 0.05 < got.item() < 1.95  # not a saturated share
+    members = [SimpleNamespace(state=SimpleNamespace(decode=SimpleNamespace(span_keys={"s": {7: s}}))) for s in kept]
+    padded = _padded({}, "s", 7, members)
+    assert padded.keys.dtype == torch.bfloat16
+    want = torch.cat([generated_shares(q[i:i + 1], wide[i], geometry, 0.3) for i in range(3)])
+    assert torch.allclose(_batched_shares(q, padded, geometry, 0.3), want, atol=1e-5)
+
+
+def test_padded_keys_no_request_reads_any_more_are_let_go():
+    """A step whose requests read no tracker drops the padded span keys the
+    last readers left (they would hold finished requests' keys until the
+    policy is unloaded)."""
+    from collections import Counter
+
+    from innerguard.hooks.analyzers.attention import HeadGeometry
+    from innerguard.hooks.decode_focus import generated_focus_hook
+
+    runtime = SimpleNamespace(modules=SimpleNamespace(attention_scale=lambda layer: 0.5), hook_calls=Counter(),
+                              contained=lambda label, fn: fn, focus_step=None, rows=[],
+                              focus_keys={("reading", 3): "keys of requests that finished"})
+    hook = generated_focus_hook(runtime, 3, HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8))
+    hook(torch.zeros(0, 48), torch.zeros(0, 16))
+    assert runtime.focus_keys == {}
