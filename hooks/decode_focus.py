@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from innerguard.hooks.analyzers import attention_tracker
@@ -118,22 +119,25 @@ def _padded(cache: dict, signal: str, layer: int, members) -> _Padded:
     kept = cache.get((signal, layer))
     if kept is not None and len(kept.members) == len(decodes) and all(a is b for a, b in zip(kept.members, decodes)):
         return kept
-    spans = [m.state.decode.span_keys[signal][layer] for m in members]
-    longest = max(1, max(s.keys.shape[1] for s in spans))
-    first = spans[0].keys
-    keys = first.new_zeros(len(spans), first.shape[0], longest, first.shape[2])
-    padding = torch.full((len(spans), 1, 1, longest), float("-inf"))
-    toward = torch.zeros(len(spans), 1, longest, 1)
-    for i, span in enumerate(spans):
-        n = span.keys.shape[1]
-        keys[i, :, :n] = span.keys
-        # A prompt with no span token reads its one zero key: weight 1 on a
-        # token of neither span, share 0 (as generated_shares).
-        padding[i, ..., :max(n, 1)] = 0.0
-        toward[i, :, :span.toward] = 1.0
     cache.pop((signal, layer), None)  # the old members' copy goes before the new one is made
-    padded = _Padded(decodes, spans[0].heads, keys.transpose(2, 3).contiguous(),
-                     padding.to(first.device, non_blocking=True), toward.to(first.device, non_blocking=True))
+    spans = [m.state.decode.span_keys[signal][layer] for m in members]
+    lengths = np.array([s.keys.shape[1] for s in spans], dtype=np.int64)
+    longest, first = max(1, int(lengths.max())), spans[0].keys
+    # One concatenation and one scatter for the whole set: a GPU step of
+    # hundreds of requests would otherwise launch a copy per request and layer.
+    starts = np.cumsum(lengths) - lengths
+    dest = np.repeat(np.arange(len(spans)) * longest - starts, lengths) + np.arange(int(lengths.sum()))
+    keys = first.new_zeros(len(spans) * longest, first.shape[0], first.shape[2])
+    keys.index_copy_(0, torch.from_numpy(dest).to(first.device, non_blocking=True),
+                     torch.cat([s.keys.transpose(0, 1) for s in spans]))
+    positions = torch.arange(longest)
+    # A prompt with no span token reads its one zero key: weight 1 on a
+    # token of neither span, share 0 (as generated_shares).
+    padding = torch.where(positions < torch.from_numpy(np.maximum(lengths, 1))[:, None], 0.0, float("-inf"))
+    toward = (positions < torch.tensor([s.toward for s in spans])[:, None]).float()
+    padded = _Padded(decodes, spans[0].heads, keys.view(len(spans), longest, first.shape[0], first.shape[2]).permute(0, 2, 3, 1).contiguous(),
+                     padding.view(len(spans), 1, 1, longest).to(first.device, non_blocking=True),
+                     toward.view(len(spans), 1, longest, 1).to(first.device, non_blocking=True))
     cache[(signal, layer)] = padded
     return padded
 

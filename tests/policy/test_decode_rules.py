@@ -390,7 +390,7 @@ def test_the_step_reads_its_decoding_requests_together_as_each_alone():
     geometry = HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8)
     g = torch.Generator().manual_seed(5)
     heads = [1, 4]
-    spans = [([(1, 9)], [(10, 30)]), ([(0, 3)], [(4, 6)]), ([], [(2, 12)]), ([(5, 40)], [])]
+    spans = [([(1, 9)], [(10, 30)]), ([(0, 3)], [(4, 6)]), ([], [(2, 12)]), ([(5, 40)], []), ([], [])]
     keys = [span_keys(torch.randn(41, 2 * 8, generator=g), heads, toward, other, geometry) for toward, other in spans]
     members = [SimpleNamespace(state=SimpleNamespace(decode=SimpleNamespace(span_keys={"s": {7: k}}))) for k in keys]
     q = torch.randn(len(members), 6 * 8, generator=g)
@@ -399,6 +399,7 @@ def test_the_step_reads_its_decoding_requests_together_as_each_alone():
     got = _batched_shares(q, padded, geometry, 0.25)
     want = torch.cat([generated_shares(q[i:i + 1], k, geometry, 0.25) for i, k in enumerate(keys)])
     assert torch.allclose(got, want, atol=1e-6) and got[2] == 0 and torch.allclose(got[3], torch.tensor(2.0))
+    assert got[4] == 0 and 0 < got[0] < 2 and 0 < got[1] < 2
     assert _padded(cache, "s", 7, members) is padded  # the same requests: kept
     assert _padded(cache, "s", 7, members[:3]) is not padded  # one left: rebuilt
 
