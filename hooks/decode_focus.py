@@ -135,9 +135,10 @@ def _padded(cache: dict, signal: str, layer: int, members) -> _Padded:
     # token of neither span, share 0 (as generated_shares).
     padding = torch.where(positions < torch.from_numpy(np.maximum(lengths, 1))[:, None], 0.0, float("-inf"))
     toward = (positions < torch.tensor([s.toward for s in spans])[:, None]).float()
-    padded = _Padded(decodes, spans[0].heads, keys.view(len(spans), longest, first.shape[0], first.shape[2]).permute(0, 2, 3, 1).contiguous(),
-                     padding.view(len(spans), 1, 1, longest).to(first.device, non_blocking=True),
-                     toward.view(len(spans), 1, longest, 1).to(first.device, non_blocking=True))
+    m, heads, d = len(spans), first.shape[0], first.shape[2]
+    padded = _Padded(decodes, spans[0].heads, keys.view(m, longest, heads, d).permute(0, 2, 3, 1).contiguous(),
+                     padding.view(m, 1, 1, longest).to(first.device, non_blocking=True),
+                     toward.view(m, 1, longest, 1).to(first.device, non_blocking=True))
     cache[(signal, layer)] = padded
     return padded
 

@@ -217,18 +217,19 @@ class DecodeProbes:
                 pooled.add(sums[first:end].tolist())
             values[signal], starts[signal] = pooled.value()
         self.scored = end
+        # A pooled value only changes when a new window beats the best so
+        # far; the rules are a pure function of the values, and what they
+        # found on these values is already recorded (events once, a steer
+        # once, a stop ends the completion), as are the values themselves.
+        # Most steps change no value: re-running the rules and rewriting the
+        # record per request and step was host time on a GPU.
+        now = tuple(values.values())
+        if self.error is None and now == self.evaluated:
+            return None
         self.record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
         if self.error is None and not all(p.ready for p in self.signals.values()):
             return None
         if self.error is None:
-            # A pooled value only changes when a new window beats the best so
-            # far; the rules are a pure function of the values, and what they
-            # found on these values is already recorded (events once, a steer
-            # once, a stop ends the completion). Most steps change no value:
-            # re-running the rules per request and step was host time on a GPU.
-            now = tuple(values[s] for s in self.signals)
-            if now == self.evaluated:
-                return None
             self.evaluated = now
         verdict = self.evaluator.evaluate(values)
         stop = None

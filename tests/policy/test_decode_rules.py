@@ -422,7 +422,8 @@ def test_span_keys_stay_in_the_caches_dtype_and_are_read_in_float32():
     wide = [span_keys(k[i].float(), [1, 4], *spans[i], geometry) for i in range(3)]
     assert all(s.keys.dtype == torch.bfloat16 for s in kept)
     for i in range(3):
-        got, want = generated_shares(q[i:i + 1], kept[i], geometry, 0.3), generated_shares(q[i:i + 1], wide[i], geometry, 0.3)
+        got = generated_shares(q[i:i + 1], kept[i], geometry, 0.3)
+        want = generated_shares(q[i:i + 1], wide[i], geometry, 0.3)
         assert torch.allclose(got, want, atol=1e-6) and 0.05 < got.item() < 1.95  # not a saturated share
     members = [SimpleNamespace(state=SimpleNamespace(decode=SimpleNamespace(span_keys={"s": {7: s}}))) for s in kept]
     padded = _padded({}, "s", 7, members)
