@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from innerguard.engine.decide import Evaluator, SignalError, condition_signals
+from innerguard.hooks import span_key_budget
 from innerguard.hooks.analyzers import attention_tracker
 
 GROW = 256  # scores are kept in a buffer grown by this many tokens at a time
@@ -146,6 +147,11 @@ class DecodeProbes:
             return
         if self.span_keys is None:
             if state.group.span_keys is None:
+                captured = next((chunks[0] for chunks in state.captures.k.values() if chunks), None)
+                if captured is not None:  # else the loop below says what is missing
+                    need = self._span_key_bytes(state, geometry, captured.element_size())
+                    span_key_budget.BUDGET.reserve(need, captured.device)
+                    state.group.span_key_bytes = need
                 state.group.span_keys = {signal: {} for signal in self.focus}
             self.span_keys = state.group.span_keys
         for signal, focus in self.focus.items():
@@ -159,6 +165,16 @@ class DecodeProbes:
                                        "attention to them cannot be read")
                 toward, other = focus.spans(state.args)
                 kept[at] = attention_tracker.span_keys(captures.keys(at), focus.heads[at], toward, other, geometry)
+
+    def _span_key_bytes(self, state, geometry, item_size: int) -> int:
+        """What this completion's span keys take, kept and padded (twice
+        ``SpanKeys.keys``; a step's padding to its longest span is not counted)."""
+        elements = 0
+        for focus in self.focus.values():
+            toward, other = focus.spans(state.args)
+            tokens = sum(end - start for start, end in (*toward, *other))
+            elements += tokens * sum(len(heads) for heads in focus.heads.values())
+        return 2 * elements * geometry.head_dim * item_size
 
     def begin(self, first: int, count: int) -> None:
         """This step computes generated tokens ``[first, first + count)``:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from innerguard.hooks import steering_buffers
+from innerguard.hooks import span_key_budget, steering_buffers
 from innerguard.hooks.calibration import CalibrationStore
 from innerguard.hooks.decide_step import failed_decision
 from innerguard.hooks.plan_versions import PlanVersions
@@ -138,6 +138,8 @@ class Lifecycle:
         group.members.discard(req_id)
         if not group.members:
             self.groups.pop((group.key, group.digest), None)
+            span_key_budget.BUDGET.release(group.span_key_bytes)
+            group.span_key_bytes = 0
             self.results.finished(group.key)
             self.decode_results.finished(group.key)
         if state.runtime in self.plans.retiring:
@@ -348,6 +350,7 @@ class Lifecycle:
             **{name: self.counters[name] for name in ("preemptions", "prefix_cached_starts", "shared_decisions", "keys_from_kv_cache",
                                                           "token_scores_from_cache", "token_score_writes_failed",
                                                           "token_scores_missing", "token_scores_not_kept")},
+            "span_keys": span_key_budget.BUDGET.stats(),
             "runtimes": [
                 {"bundle": r.bundle, "role": roles.get(id(r), "retiring"), "live": r.live, "hooks": r.num_hooks}
                 for r in self.plans.runtimes()

@@ -23,6 +23,7 @@ class Group:
     members: set[str] = field(default_factory=set)
     result: dict[str, Any] | None = None
     span_keys: dict | None = None  # the prompt's span keys for attention on generated tokens (decode_probes.py)
+    span_key_bytes: int = 0  # what they hold in span_key_budget.BUDGET, released when the group ends
 
 
 @dataclass(eq=False)

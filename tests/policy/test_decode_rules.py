@@ -447,3 +447,32 @@ def test_padded_keys_no_request_reads_any_more_are_let_go():
     hook = generated_focus_hook(runtime, 3, HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8))
     hook(torch.zeros(0, 48), torch.zeros(0, 16))
     assert runtime.focus_keys == {}
+
+
+def test_the_span_key_budget_refuses_past_its_limit_logs_once_and_reads_its_setting(monkeypatch, caplog):
+    from innerguard.hooks.span_key_budget import ENV, SpanKeyBudget, SpanKeysOverBudget
+
+    cpu = torch.device("cpu")
+    budget = SpanKeyBudget(limit=100)
+    budget.reserve(60, cpu)
+    with caplog.at_level(logging.WARNING, logger="innerguard"):
+        for _ in range(3):
+            with pytest.raises(SpanKeysOverBudget, match=ENV):
+                budget.reserve(41, cpu)
+    assert budget.refused == 3 and budget.used == 60
+    assert sum("span keys" in r.getMessage() for r in caplog.records) == 1  # logged once, counted always
+    budget.release(60)
+    budget.reserve(100, cpu)
+    assert budget.stats() == {"used_bytes": 100, "limit_bytes": 100, "refused": 3}
+
+    monkeypatch.delenv(ENV, raising=False)
+    unlimited = SpanKeyBudget()
+    unlimited.reserve(1 << 50, cpu)  # host memory: no limit unless the operator sets one
+    assert unlimited.limit is None
+    monkeypatch.setenv(ENV, "2048")
+    configured = SpanKeyBudget()
+    configured.reserve(2048, cpu)
+    assert configured.limit == 2048
+    monkeypatch.setenv(ENV, "2 GB")
+    with pytest.raises(ValueError, match=f"{ENV} must be a whole number of bytes, got '2 GB'"):
+        SpanKeyBudget().reserve(1, cpu)

@@ -443,6 +443,46 @@ def test_generated_attention_equals_the_reference_teacher_forced_eager(focused, 
     assert max(abs(a - b) for a, b in zip(forced_got, forced_want)) <= 1e-4
 
 
+def test_span_keys_over_the_memory_budget_follow_the_error_mode_and_are_given_back(focused, monkeypatch):
+    """hooks/span_key_budget.py: a completion reserves its span keys' memory
+    before keeping them (on an H100 the keys of 640 requests ran the engine
+    out of memory). Of two completions decoding together under a budget
+    that holds one, one is scored as if alone and the other is stopped by
+    the fail-closed policy with the reason; the reservations are given back,
+    so a third completion fits again."""
+    from safetensors.torch import load_file
+
+    from innerguard.hooks import span_key_budget
+
+    llm, folder, free, want, params, (system, user) = focused
+
+    class Recording(span_key_budget.SpanKeyBudget):
+        def reserve(self, nbytes, device):
+            self.asked = [*getattr(self, "asked", []), nbytes]
+            super().reserve(nbytes, device)
+
+    roomy = Recording(limit=1 << 40)
+    monkeypatch.setattr(span_key_budget, "BUDGET", roomy)
+    (alone,) = llm.run([FOCUSED], params)
+    heads = load_file(str(folder / "artifacts" / HEADS_ARTIFACT))["heads"].shape[0]
+    span_tokens = (system[1] - system[0]) + (user[1] - user[0])
+    # Kept and padded, float32 on the CPU, SmolLM2's head size 64.
+    assert roomy.asked == [2 * heads * span_tokens * 64 * 4] and alone.token_ids == free.token_ids
+
+    tight = span_key_budget.SpanKeyBudget(limit=roomy.asked[0])
+    monkeypatch.setattr(span_key_budget, "BUDGET", tight)
+    outs = llm.run([{**FOCUSED, "id": "over-a"}, {**FOCUSED, "id": "over-b"}], params)
+    scored = [o for o in outs if o.action == "allow"]
+    (refused,) = [o for o in outs if o.action == "stop"]
+    assert len(scored) == 1 and scored[0].token_ids == free.token_ids
+    assert max(abs(a - b) for a, b in zip(scored[0].decode_scores[0]["decode-focus.reads_system"], want)) <= 1e-4
+    (event,) = refused.output_decisions
+    assert refused.finish_reason == "content_filter" and refused.token_ids == ()
+    assert span_key_budget.ENV in event["error"] and tight.refused == 1
+    (again,) = llm.run([{**FOCUSED, "id": "over-c"}], params)
+    assert again.action == "allow" and again.token_ids == free.token_ids and tight.refused == 1
+
+
 def test_a_decode_stop_on_attention_returns_nothing_from_the_window_that_fired(focused):
     llm, folder, free, want, params, _ = focused
     k, threshold = firing(want, FOCUS_WINDOW)
