@@ -19,7 +19,9 @@ import torch
 
 from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.contract import WorkerResult
+from innerguard.hooks import probe_buffers
 from innerguard.hooks.calibration import geometry_of
+from innerguard.hooks.decode_probes import ProbeStep
 from innerguard.hooks.signals import read_signals
 from innerguard.hooks.tensor_parallel import combine
 
@@ -38,8 +40,8 @@ def decide_hook(runtime, lifecycle):
         runtime.decided_this_step = True
         if runtime.focus_step is not None:  # the step's attention on generated tokens, to each request
             runtime.focus_step.finish()
-        if runtime.probe_step is not None:  # and its generated-token probe scores
-            runtime.probe_step.finish()
+        if runtime.probe_slots:  # and its generated-token probe scores
+            ProbeStep.collect(runtime.rows, runtime.probe_slots).finish(probe_buffers.BUFFERS)
         lifecycle.prefix.keep_token_scores(runtime)  # before decisions clear the captures
         due = [r for r in runtime.rows if (r.state.decided and r.state.late_error) or (r.last_row is not None and not r.state.decided)]
         # One logits row per request of the step, or no row can be trusted.

@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from innerguard.hooks.analyzers import attention_tracker
-from innerguard.hooks.decode_probes import StepReaders
 
 
 @dataclass(eq=False)
@@ -36,6 +35,21 @@ class _Padded:
     keys: torch.Tensor  # [members, heads, d, longest]: K transposed, in the cache's dtype (SpanKeys.keys)
     padding: torch.Tensor  # [members, 1, 1, longest]: 0 at a span token, -inf past a member's own
     toward: torch.Tensor  # [members, 1, longest, 1]: 1.0 at a token of the span the share goes toward
+
+
+@dataclass(eq=False)
+class StepReaders:
+    """The step's requests whose one generated token a tracker reads together."""
+
+    members: list  # Rows, in order
+    row_index: torch.Tensor  # each member's generated row in the step (long; moved to the device at first use)
+    values: torch.Tensor | None = None  # [members]: the values added up over the layers so far
+
+    @classmethod
+    def of(cls, grouped: dict[str, list]) -> dict[str, "StepReaders"]:
+        """Each signal's members (Rows), their generated rows as one index."""
+        return {signal: cls(members, torch.tensor([m.generated_rows[0] for m in members], dtype=torch.long))
+                for signal, members in grouped.items()}
 
 
 @dataclass(eq=False)
@@ -103,7 +117,7 @@ class FocusStep:
             values = readers.values / readers.members[0].state.decode.focus[signal].num_heads
             for r, value in zip(readers.members, values.tolist()):
                 if r.state.error is None:
-                    r.state.decode.put(signal, value)
+                    r.state.decode.put(signal, [value])
 
 
 def _complete(decode) -> bool:

@@ -2,8 +2,9 @@
 
 A ``token_probe`` signal with ``span: generated`` scores each generated token
 as a prompt probe scores prompt tokens (analyzers/token_probe.py):
-``s_t = Σ_L w_L · h_L,t + b``, added up over its layers by the same layer
-points (capture.py). A token's hidden state is computed in the step that
+``s_t = Σ_L w_L · h_L,t + b``, added up over its layers by the layer points
+into device buffers that full CUDA graphs replay (probe_buffers.py) and read
+after the forward (``ProbeStep``). A token's hidden state is computed in the step that
 samples the token after it, so a token is scored one step after it was
 sampled, and a completion's last token is never scored.
 
@@ -114,9 +115,10 @@ class DecodeProbes:
     focus: dict[str, Focus] = field(default_factory=dict)  # the attention trackers'
     span_keys: dict[str, dict[int, attention_tracker.SpanKeys]] | None = None  # signal -> layer -> keys
     sums: dict[str, torch.Tensor] = field(default_factory=dict)  # signal -> per-token sums over layers (device)
-    # signal -> this step's one token's final score, on the host, where the
-    # step's requests were scored together (ProbeStep): read instead of sums
-    step_values: dict[str, float] = field(default_factory=dict)
+    # signal -> the final scores of the tokens this step computes, on the
+    # host (token probes, ProbeStep; one-token attention trackers, FocusStep):
+    # read instead of sums
+    step_values: dict[str, list[float]] = field(default_factory=dict)
     scored: int = 0  # generated tokens whose scores are final
     pending: tuple[int, int] | None = None  # generated tokens this step scores
     stopped: bool = False
@@ -191,10 +193,10 @@ class DecodeProbes:
         self.step_values.clear()
         self.pending = (first, end)
 
-    def put(self, signal: str, value: float) -> None:
-        """The final score of the one token this step computes, on the host
-        (the step's requests scored together, ``ProbeStep.finish``)."""
-        self.step_values[signal] = value
+    def put(self, signal: str, values: list[float]) -> None:
+        """The final scores of the tokens this step computes (``pending``), on
+        the host (the step's requests read together, ``ProbeStep.finish``)."""
+        self.step_values[signal] = values
 
     def add(self, signal: str, first: int, values: torch.Tensor) -> None:
         """One layer's share of the scores of generated tokens from ``first`` on."""
@@ -212,11 +214,11 @@ class DecodeProbes:
         the stop (a record) once an applied ``stop`` fires."""
         if self.pending is None or self.stopped:
             return None
-        first, end = self.pending
+        begun, end = self.pending
         self.pending = None
         if end <= self.scored:
             return None  # recomputed tokens: already pooled
-        first = max(first, self.scored)
+        first = max(begun, self.scored)
         values: dict[str, Any] = {}
         starts: dict[str, int] = {}
         for signal, pooled in self.signals.items():
@@ -225,7 +227,7 @@ class DecodeProbes:
                 continue
             sums = self.sums.get(signal)
             if signal in self.step_values:
-                pooled.add([self.step_values[signal]])
+                pooled.add(self.step_values[signal][first - begun:])
             elif sums is None:
                 values[signal] = SignalError(f"no scores were computed for {signal}")
                 continue
@@ -334,101 +336,46 @@ def _focus(spec) -> Focus:
 
 
 @dataclass(eq=False)
-class StepReaders:
-    """The step's requests whose one generated token a signal reads together
-    (here and in decode_focus.py)."""
-
-    members: list  # Rows, in order
-    row_index: torch.Tensor  # each member's generated row in the step (long; moved to the device at first use)
-    values: torch.Tensor | None = None  # [members]: the values added up over the layers so far
-
-    @classmethod
-    def of(cls, grouped: dict[str, list]) -> dict[str, "StepReaders"]:
-        """Each signal's members (Rows), their generated rows as one index."""
-        return {signal: cls(members, torch.tensor([m.generated_rows[0] for m in members], dtype=torch.long))
-                for signal, members in grouped.items()}
-
-
-@dataclass(eq=False)
 class ProbeStep:
-    """One step's generated-token probes. A request that decodes one token
-    is scored with the step's others: one gather and one product per layer
-    and signal, and one copy to the host after the forward (``finish``).
+    """One step's generated-token probe scores, read after the forward from
+    the accumulator the layer points filled (probe_buffers.py): one gather
+    and one copy to the host for every request, token and probe of the step.
     Scored one by one, each request cost a handful of kernels per layer and
     a wait for the device per step; on an H200 (640 requests a round) a
     never-firing decode rule then ran at 12.8 % of plain vLLM
-    (benchmarks/README.md, 2026-12-07). A request that scores several
-    tokens in one step (a teacher-forced answer, a recompute) is scored on
-    its own, into its device sums."""
+    (benchmarks/README.md, 2026-12-07)."""
 
-    batched: dict[str, StepReaders] = field(default_factory=dict)  # signal -> its one-token requests
-    single: list = field(default_factory=list)  # Rows scored one by one
+    readers: list = field(default_factory=list)  # (Rows, signal, offset in the read values, tokens)
+    token_rows: list[int] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)
 
     @classmethod
-    def collect(cls, rows) -> "ProbeStep":
+    def collect(cls, rows, slots: dict[str, int]) -> "ProbeStep":
         step = cls()
-        grouped: dict[str, list] = {}
         for r in rows:
             decode = r.state.decode
             a, b = r.generated_rows
-            if decode is None or b <= a or not decode.layers:
+            if decode is None or b <= a or not decode.layers or decode.error is not None:
                 continue
-            if b - a == 1 and decode.error is None:
-                for signal in decode.signals:
-                    if signal not in decode.focus:
-                        grouped.setdefault(signal, []).append(r)
-            else:
-                step.single.append(r)
-        step.batched = StepReaders.of(grouped)
+            for signal in decode.signals:
+                if signal in decode.focus:
+                    continue
+                step.readers.append((r, signal, len(step.token_rows), b - a))
+                step.token_rows.extend(range(a, b))
+                step.slots.extend([slots[signal]] * (b - a))
         return step
 
-    def read(self, layer: int, hidden: torch.Tensor, residual: torch.Tensor, weights: dict) -> None:
-        """``layer``'s share of every score of this step: ``w_layer · (hidden + residual)``."""
-        for signal, scored in self.batched.items():
-            weight = weights.get((signal, layer))
-            if weight is None:
-                continue
-            try:
-                if scored.row_index.device != hidden.device:
-                    scored.row_index = scored.row_index.to(hidden.device, non_blocking=True)
-                stream = (hidden.index_select(0, scored.row_index) + residual.index_select(0, scored.row_index)).float()
-                values = stream @ weight
-                scored.values = values if scored.values is None else scored.values + values
-            except Exception as exc:
-                for r in scored.members:
-                    r.state.fail(f"generated-token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
-        for rows in self.single:
-            decode = rows.state.decode
-            if layer not in decode.layers:
-                continue
-            a, b = rows.generated_rows
-            try:
-                stream = (hidden[a:b] + residual[a:b]).float()
-                for signal in decode.signals:
-                    weight = weights.get((signal, layer))
-                    if weight is not None:
-                        decode.add(signal, rows.generated_first, stream @ weight)
-            except Exception as exc:
-                rows.state.fail(f"generated-token scores at layer {layer} failed: {type(exc).__name__}: {exc}")
-
-    def finish(self) -> None:
-        """Hand each batched request its token's score (after the forward):
-        one device-to-host copy per signal for the whole step."""
-        for signal, scored in self.batched.items():
-            if scored.values is None:
-                continue
-            for r, value in zip(scored.members, scored.values.tolist()):
-                r.state.decode.put(signal, value)
-
-
-def generated_probe_hook(runtime, layer: int):
-    """At the layer point of ``layer``: the step's generated-token probes
-    that read it (their ``ProbeStep``, made at the first such layer of the step)."""
-
-    def score_generated(hidden, residual):
-        runtime.hook_calls[f"generated.{layer}"] += 1
-        if runtime.probe_step is None:
-            runtime.probe_step = ProbeStep.collect(runtime.rows)
-        runtime.probe_step.read(layer, hidden, residual, runtime.token_weights)
-
-    return runtime.contained(f"generated.{layer}", score_generated)
+    def finish(self, buffers) -> None:
+        """Hand each request its tokens' scores (after the forward)."""
+        if not self.readers:
+            return
+        try:
+            scores = buffers.scores
+            index = torch.tensor([self.token_rows, self.slots], dtype=torch.long).to(scores.device, non_blocking=True)
+            values = scores[index[0], index[1]].tolist()
+        except Exception as exc:
+            for r, *_ in self.readers:
+                r.state.fail(f"reading generated-token scores failed: {type(exc).__name__}: {exc}")
+            return
+        for r, signal, offset, count in self.readers:
+            r.state.decode.put(signal, values[offset:offset + count])

@@ -17,7 +17,8 @@ graph as dead code.
 Under CUDA graphs (GPU), vLLM splits its piecewise graphs at the points, so
 their Python runs between graph pieces; a full graph (decode-only steps)
 replays only what a point launched while it was captured: the additive
-steering of steering_buffers.py. The runtime keeps every step that needs a
+steering of steering_buffers.py and the generated-token probes of
+probe_buffers.py. The runtime keeps every step that needs a
 callback out of full graphs (runner_view.py).
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from innerguard.hooks import steering_buffers
+from innerguard.hooks import probe_buffers, steering_buffers
 
 ATTENTION, LAYER = "attention", "layer"
 _MARK = "_innerguard_guard_points"
@@ -71,7 +72,10 @@ def _attention_point(query: torch.Tensor, key: torch.Tensor, layer: int) -> None
 
 
 def _layer_point(hidden: torch.Tensor, residual: torch.Tensor, layer: int) -> None:
-    CALLBACKS.run(LAYER, layer, hidden, residual)  # captures read the stream before it is steered
+    probes = probe_buffers.BUFFERS
+    if probes is not None:  # probes read the stream before it is steered
+        probes.apply(layer, hidden, residual)
+    CALLBACKS.run(LAYER, layer, hidden, residual)  # captures too; project-steers come last
     buffers = steering_buffers.BUFFERS
     if buffers is not None:
         buffers.apply(layer, hidden)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from innerguard.hooks import span_key_budget, steering_buffers
+from innerguard.hooks import probe_buffers, span_key_budget, steering_buffers
 from innerguard.hooks.calibration import CalibrationStore
 from innerguard.hooks.decide_step import failed_decision
 from innerguard.hooks.plan_versions import PlanVersions
@@ -103,9 +103,10 @@ class Lifecycle:
     def _needs_points(self, scheduled) -> bool:
         """Whether a request of this step needs the points' Python: one not
         seen yet (its prompt may be captured), one not decided, one with a
-        ``project`` steer, one whose generated tokens a probe scores.
-        Decoding requests with ``add`` steers, or none, run in full CUDA
-        graphs (steering_buffers.py)."""
+        ``project`` steer, one whose generated tokens an attention tracker
+        reads. Decoding requests with ``add`` steers, or none, and token
+        probes on generated tokens run in full CUDA graphs
+        (steering_buffers.py, probe_buffers.py)."""
         if not self.plans.runtimes():
             return False
         for req_id in scheduled:
@@ -114,7 +115,8 @@ class Lifecycle:
             state = self.states[req_id]
             if state is None or state.steady is not None:
                 continue
-            if not state.decided or state.decode is not None or any(a.spec.method != "add" for a in state.steers):
+            if (not state.decided or (state.decode is not None and state.decode.focus)
+                    or any(a.spec.method != "add" for a in state.steers)):
                 return True
         return False
 
@@ -182,6 +184,7 @@ class Lifecycle:
         except Exception as exc:
             log.exception("innerguard: setting this step's steered rows failed")
             self._block_scheduled(exc)
+        _set_probed_rows(runtimes)
 
     def _read_rows(self, span: RowSpan) -> None:
         """One request's rows of this step, when it needs more than its steady steers."""
@@ -234,6 +237,8 @@ class Lifecycle:
         buffers = steering_buffers.BUFFERS
         if buffers is not None:
             buffers.active = set()
+        if probe_buffers.BUFFERS is not None:
+            probe_buffers.BUFFERS.reading = None
 
     def _state_for(self, span: RowSpan) -> RequestState | None:
         if span.req_id in self.states:
@@ -376,6 +381,23 @@ def _set_steered_rows(rows: dict[int, list[tuple[np.ndarray, int]]]) -> None:
     buffers = steering_buffers.BUFFERS
     if buffers is not None:
         buffers.set_rows(rows)
+
+
+def _set_probed_rows(runtimes) -> None:
+    """The token rows of this step the generated-token probes read, as one
+    range for the probe buffers (probe_buffers.py); None when none."""
+    buffers = probe_buffers.BUFFERS
+    if buffers is None:
+        return
+    start, end = buffers.max_tokens, 0
+    for runtime in runtimes:
+        if not runtime.probe_slots:
+            continue
+        for rows in runtime.rows:
+            a, b = rows.generated_rows
+            if b > a and rows.state.decode.layers:
+                start, end = min(start, a), max(end, b)
+    buffers.reading = (start, end) if end > start else None
 
 
 def _rss_bytes() -> int | None:

@@ -14,7 +14,7 @@ from vllm.model_executor.model_loader import get_model_loader, register_model_lo
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
 from innerguard.engine.contract import INNER_LOAD_FORMAT_KEY, LOAD_FORMAT, SUPPORTED_FAMILIES, unsupported_family
-from innerguard.hooks import cached_graphs, guard_points, steering_buffers
+from innerguard.hooks import cached_graphs, guard_points, probe_buffers, steering_buffers
 
 
 @register_model_loader(LOAD_FORMAT)
@@ -45,8 +45,7 @@ class GuardPointLoader(BaseModelLoader):
         guard_points.place(layers)
         cached_graphs.allow_loading()  # vLLM compiles (or loads) the model after this returns
         # Before vLLM captures CUDA graphs: the graphs keep these addresses.
-        steering_buffers.allocate_buffers(
-            len(layers), model_config.get_hidden_size(), vllm_config.scheduler_config.max_num_batched_tokens,
-            model_config.dtype, next(model.parameters()).device,
-        )
+        max_tokens, device = vllm_config.scheduler_config.max_num_batched_tokens, next(model.parameters()).device
+        steering_buffers.allocate_buffers(len(layers), model_config.get_hidden_size(), max_tokens, model_config.dtype, device)
+        probe_buffers.allocate_buffers(len(layers), model_config.get_hidden_size(), max_tokens, device)
         return model

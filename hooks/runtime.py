@@ -5,7 +5,8 @@ One forward, per step:
   inputs prepared    -> the lifecycle reads the step (rows per request) and
                         sets the rows each add-steer moves (steering_buffers.py)
   attention points   -> capture.py: post-RoPE Q (last prompt token) and K (prompt rows)
-  layer points       -> capture.py: the residual stream at the last prompt token;
+  layer points       -> probe_buffers.py: generated-token probe scores;
+                        capture.py: the residual stream at the last prompt token;
                         the add-steers from the device buffers; steer.py: project-steers
 The points are guard_points.py's, placed when the model loaded, so they run
 in compiled graphs too; the step boundary and the logits hook sit outside
@@ -30,9 +31,9 @@ from innerguard.engine.contract import WorkerResult
 from innerguard.hooks.decide_step import decide_hook, fail_closed
 from innerguard.hooks.calibration import geometry_of
 from innerguard.hooks.decode_focus import generated_focus_hook
-from innerguard.hooks.decode_probes import DecodeRules, generated_probe_hook
+from innerguard.hooks.decode_probes import DecodeRules
 from innerguard.hooks.modules import ModelModules
-from innerguard.hooks import steering_buffers
+from innerguard.hooks import probe_buffers, steering_buffers
 from innerguard.hooks.steer import steer_hook
 
 ALWAYS = {"op": "const", "value": True}  # a rule's condition when it has no `when`
@@ -73,17 +74,17 @@ class GuardRuntime:
         token_probes = [a for a in plan.analyzers if a.kind == "token_probe"]
         self._token_layers = sorted({int(layer) for a in token_probes if a.params.get("span") != "generated"
                                      for layer in a.params["layers"]})
-        self._generated_layers = sorted({int(layer) for a in token_probes if a.params.get("span") == "generated"
-                                         for layer in a.params["layers"]})
         self._focus_layers = sorted({int(layer) for a in plan.analyzers if a.kind == "attention_tracker" and a.on_generated_tokens
                                      for layer, _ in a.params["heads"]})
         self.decode_rules = DecodeRules(self.analyzers)
         self.focus_step = None  # this step's generated-token attention trackers (decode_focus.FocusStep)
-        self.probe_step = None  # this step's generated-token probes (decode_probes.ProbeStep)
         self.focus_keys: dict = {}  # their padded span keys by (signal, layer), while the same requests decode
         self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
                               for layer, name in a.params["weights"].items()}
         self.steer_slots: dict[SteerSpec, int] = {}  # add-steers: their row in the layer's steering table
+        # generated-token probes: their column of the probe buffers' scores
+        self._generated_probes = [a.signal for a in token_probes if a.params.get("span") == "generated"]
+        self.probe_slots: dict[str, int] = {}
         self._handles: list[Any] = []
         self._failures: Counter[str] = Counter()
         self.lifecycle = None
@@ -100,8 +101,6 @@ class GuardRuntime:
                 self._handles.append(m.on_layer_output(layer, residual_hook(self, layer)))
             for layer in self._token_layers:
                 self._handles.append(m.on_layer_output(layer, token_probe_hook(self, layer)))
-            for layer in self._generated_layers:
-                self._handles.append(m.on_layer_output(layer, generated_probe_hook(self, layer)))
             if self._focus_layers and not m.shard.whole:
                 # Each rank holds some of the heads; the shares would have to
                 # be added up across ranks after every token.
@@ -111,6 +110,7 @@ class GuardRuntime:
             for layer in self._steer_layers:
                 self._handles.append(m.on_layer_output(layer, steer_hook(self, layer)))
             self._allocate_steers()
+            self._allocate_probes()
             self._handles.append(m.logits.register_forward_hook(decide_hook(self, lifecycle)))
         except Exception:
             self.uninstall()
@@ -126,6 +126,16 @@ class GuardRuntime:
                 raise RuntimeError("the model has no steering buffers (start the engine with load_format='innerguard')")
             self.steer_slots[spec] = buffers.allocate(spec.layer, spec.coefficient * self.vectors[spec.vector])
 
+    def _allocate_probes(self) -> None:
+        buffers = probe_buffers.BUFFERS
+        for signal in self._generated_probes:
+            if signal in self.probe_slots:
+                continue
+            if buffers is None:
+                raise RuntimeError("the model has no probe buffers (start the engine with load_format='innerguard')")
+            layers = {layer: w for (s, layer), w in self.token_weights.items() if s == signal}
+            self.probe_slots[signal] = buffers.allocate(layers)
+
     def uninstall(self) -> None:
         for handle in self._handles:
             handle.remove()
@@ -135,6 +145,10 @@ class GuardRuntime:
             if buffers is not None:
                 buffers.release(spec.layer, slot)
         self.steer_slots.clear()
+        for slot in self.probe_slots.values():
+            if probe_buffers.BUFFERS is not None:
+                probe_buffers.BUFFERS.release(slot)
+        self.probe_slots.clear()
         self.focus_keys.clear()
 
     @property
@@ -152,7 +166,6 @@ class GuardRuntime:
             + [f"qk.{layer}" for layer in self._qk_layers]
             + [f"residual.{layer}" for layer in self._residual_layers]
             + [f"tokens.{layer}" for layer in self._token_layers]
-            + [f"generated.{layer}" for layer in self._generated_layers]
             + [f"focus.{layer}" for layer in self._focus_layers]
             + [f"steer.{layer}" for layer in self._steer_layers]
         )
@@ -180,7 +193,6 @@ class GuardRuntime:
     def begin_step(self) -> None:
         self.rows = []
         self.focus_step = None
-        self.probe_step = None
         self.steer_rows = {}
         self.decided_this_step = False
         self._step_indices = {}

@@ -115,7 +115,7 @@ def test_the_rules_run_again_only_when_a_value_changes_and_host_scores_pool_as_d
     assert _score(on_device, scores) == [None] * 40
     for i, value in enumerate(scores):
         on_host.begin(i, 1)
-        on_host.put("drift.drift", torch.tensor([value], dtype=torch.float32).item())  # as ProbeStep hands it
+        on_host.put("drift.drift", torch.tensor([value], dtype=torch.float32).tolist())  # as ProbeStep hands it
         assert on_host.evaluate() is None
     assert on_host.record["scores"] == on_device.record["scores"]
     assert on_host.signals["drift.drift"].value() == on_device.signals["drift.drift"].value()
@@ -139,6 +139,11 @@ def test_a_recomputed_token_is_pooled_once(tmp_path):
     probes.begin(0, 6)  # a preempted request recomputes its generated tokens
     probes.add("drift.drift", 0, torch.full((6,), 0.1))
     assert probes.evaluate() is None and len(probes.record["scores"]["drift.drift"]) == 6
+    probes.begin(0, 8)  # recomputed, then two new tokens, read on the host (ProbeStep)
+    probes.put("drift.drift", [0.1] * 6 + [0.2, 0.3])
+    probes.evaluate()
+    bias = probes.signals["drift.drift"].bias
+    assert probes.record["scores"]["drift.drift"][6:] == [0.2 + bias, 0.3 + bias] and probes.scored == 8
 
 
 @pytest.mark.parametrize("on_error, stops", [("fail-closed", True), ("fail-open", False)])

@@ -48,19 +48,22 @@ def _state(decided=True, steers=(), decode=None):
     return SimpleNamespace(decided=decided, steers=list(steers), steady=None, decode=decode)
 
 
-def test_only_decided_requests_with_additive_steers_or_none_may_run_in_a_full_graph():
+def test_only_decided_requests_with_additive_steers_token_probes_or_none_may_run_in_a_full_graph():
     lifecycle = Lifecycle(reader=None)
     lifecycle.plans.current = object()  # a plan is installed
     add = ActiveSteer(SimpleNamespace(method="add"), "p")
     project = ActiveSteer(SimpleNamespace(method="project"), "p")
     lifecycle.states = {"plain": None, "decoding": _state(steers=[add]), "deciding": _state(decided=False),
                         "projecting": _state(steers=[project]),
-                        "scoring": _state(decode=object()),
+                        "scoring": _state(decode=SimpleNamespace(focus={})),
+                        "attending": _state(decode=SimpleNamespace(focus={"p.focus": object()})),
                         "steady": SimpleNamespace(decided=True, steers=[add], steady=((3, 1),))}
     assert not lifecycle._needs_points({"plain", "decoding", "steady"})
     assert lifecycle._needs_points({"decoding", "deciding"})  # its prompt is being captured
     assert lifecycle._needs_points({"decoding", "projecting"})  # a project steer reads the stream in Python
-    assert lifecycle._needs_points({"decoding", "scoring"})  # a decode probe scores its generated tokens in Python
+    # A token probe on generated tokens is scored by the points' device buffers (probe_buffers.py) ...
+    assert not lifecycle._needs_points({"decoding", "scoring"})
+    assert lifecycle._needs_points({"decoding", "attending"})  # ... an attention tracker in Python
     assert lifecycle._needs_points({"decoding", "never-seen"})  # new: its prompt may need capture
     lifecycle.plans.current = None
     assert not lifecycle._needs_points({"never-seen"})  # nothing installed, nothing to run
