@@ -41,7 +41,7 @@ def decide_hook(runtime, lifecycle):
         if runtime.focus_step is not None:  # the step's attention on generated tokens, to each request
             runtime.focus_step.finish()
         if runtime.probe_slots:  # and its generated-token probe scores
-            ProbeStep.collect(runtime.rows, runtime.probe_slots).finish(probe_buffers.BUFFERS)
+            ProbeStep.collect(runtime.rows, runtime.decoders, runtime.probe_slots).finish(probe_buffers.BUFFERS)
         lifecycle.prefix.keep_token_scores(runtime)  # before decisions clear the captures
         due = [r for r in runtime.rows if (r.state.decided and r.state.late_error) or (r.last_row is not None and not r.state.decided)]
         # One logits row per request of the step, or no row can be trusted.
@@ -56,12 +56,16 @@ def decide_hook(runtime, lifecycle):
         for rows in runtime.rows:
             if rows.state.decode is not None and not rows.state.blocked:
                 decide_generated(lifecycle, rows.state)
-        for rows in runtime.rows:  # blocked or stopped now, or earlier with a step still in flight
-            state = rows.state
+        for state, batch_index, _ in runtime.decoders:
+            decide_generated(lifecycle, state)
+        # Blocked or stopped now, or earlier with a step still in flight.
+        ended = [(r.state, r.span.batch_index) for r in runtime.rows]
+        ended += [(state, batch_index) for state, batch_index, _ in runtime.decoders if state.decode.stopped]
+        for state, batch_index in ended:
             if state.blocked or (state.decode is not None and state.decode.stopped):
                 lifecycle.blocked_now.add(state.req_id)
                 if rows_match:
-                    _force_end_of_sequence(logits, rows.span.batch_index, runtime.modules.eos_token_id)
+                    _force_end_of_sequence(logits, batch_index, runtime.modules.eos_token_id)
         return None
 
     return runtime.contained("logits", decide)
@@ -86,6 +90,8 @@ def decide_generated(lifecycle, state) -> None:
             decode.stopped = True
             stop = {"token": pending[0], "policy": None, "rule": None, "message": BLOCKED_MESSAGE,
                     "error": decode.error}
+    if stop is not None or decode.error is not None:  # out of the steady path (lifecycle._decoding)
+        state.steady = None
     if stop is not None:
         decode.record["stop"] = stop
     elif decode.new_steers:

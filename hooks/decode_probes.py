@@ -67,15 +67,17 @@ class _Pooled:
     best: float = -math.inf  # the largest full-window mean so far
     best_start: int = 0
 
-    def add(self, values: list[float]) -> None:
-        w = self.window
+    def add(self, values: list[float]) -> bool:
+        """Pool ``values``; whether the best window changed."""
+        w, changed = self.window, False
         for value in values:
             self.scores.append(value + self.bias)
             n = len(self.scores)
             if n >= w:
                 mean = math.fsum(self.scores[n - w:]) / w
                 if mean > self.best:
-                    self.best, self.best_start = mean, n - w
+                    self.best, self.best_start, changed = mean, n - w, True
+        return changed
 
     @property
     def ready(self) -> bool:
@@ -127,7 +129,6 @@ class DecodeProbes:
     reported: set[tuple[str, str | None]] = field(default_factory=set)
     steering: set[str] = field(default_factory=set)  # steer ids decided so far: once on, on to the end
     new_steers: list[str] = field(default_factory=list)  # decided in the last evaluation, for the worker to start
-    evaluated: tuple | None = None  # the signal values the rules last ran on
     # What the engine takes (RPC_TAKE_DECODE): the events so far, the stop,
     # every scored token's score and each signal's value so far (once a
     # whole window is scored). Live: the lists grow in place.
@@ -219,21 +220,15 @@ class DecodeProbes:
         if end <= self.scored:
             return None  # recomputed tokens: already pooled
         first = max(begun, self.scored)
-        values: dict[str, Any] = {}
-        starts: dict[str, int] = {}
-        for signal, pooled in self.signals.items():
-            if self.error is not None:
-                values[signal] = SignalError(self.error)
-                continue
-            sums = self.sums.get(signal)
-            if signal in self.step_values:
-                pooled.add(self.step_values[signal][first - begun:])
-            elif sums is None:
-                values[signal] = SignalError(f"no scores were computed for {signal}")
-                continue
-            else:
-                pooled.add(sums[first:end].tolist())
-            values[signal], starts[signal] = pooled.value()
+        changed = missing = False
+        if self.error is None:
+            for signal, pooled in self.signals.items():
+                if signal in self.step_values:
+                    changed |= pooled.add(self.step_values[signal][first - begun:])
+                elif signal in self.sums:
+                    changed |= pooled.add(self.sums[signal][first:end].tolist())
+                else:
+                    missing = True
         self.scored = end
         # A pooled value only changes when a new window beats the best so
         # far; the rules are a pure function of the values, and what they
@@ -241,14 +236,20 @@ class DecodeProbes:
         # once, a stop ends the completion), as are the values themselves.
         # Most steps change no value: re-running the rules and rewriting the
         # record per request and step was host time on a GPU.
-        now = tuple(values.values())
-        if self.error is None and now == self.evaluated:
+        if self.error is None and not missing and not changed:
             return None
+        values: dict[str, Any] = {}
+        starts: dict[str, int] = {}
+        for signal, pooled in self.signals.items():
+            if self.error is not None:
+                values[signal] = SignalError(self.error)
+            elif signal not in self.step_values and signal not in self.sums:
+                values[signal] = SignalError(f"no scores were computed for {signal}")
+            else:
+                values[signal], starts[signal] = pooled.value()
         self.record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
         if self.error is None and not all(p.ready for p in self.signals.values()):
             return None
-        if self.error is None:
-            self.evaluated = now
         verdict = self.evaluator.evaluate(values)
         stop = None
         for decision in verdict.decisions:
@@ -345,22 +346,23 @@ class ProbeStep:
     never-firing decode rule then ran at 12.8 % of plain vLLM
     (benchmarks/README.md, 2026-12-07)."""
 
-    readers: list = field(default_factory=list)  # (Rows, signal, offset in the read values, tokens)
+    readers: list = field(default_factory=list)  # (DecodeProbes, signal, offset in the read values, tokens)
     token_rows: list[int] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)
 
     @classmethod
-    def collect(cls, rows, slots: dict[str, int]) -> "ProbeStep":
+    def collect(cls, rows, decoders, slots: dict[str, int]) -> "ProbeStep":
+        """From the step's ``Rows`` and its steady decoders ((state, batch index, token row))."""
         step = cls()
-        for r in rows:
-            decode = r.state.decode
-            a, b = r.generated_rows
+        readers = [(r.state, *r.generated_rows) for r in rows] + [(state, row, row + 1) for state, _, row in decoders]
+        for state, a, b in readers:
+            decode = state.decode
             if decode is None or b <= a or not decode.layers or decode.error is not None:
                 continue
             for signal in decode.signals:
                 if signal in decode.focus:
                     continue
-                step.readers.append((r, signal, len(step.token_rows), b - a))
+                step.readers.append((decode, signal, len(step.token_rows), b - a))
                 step.token_rows.extend(range(a, b))
                 step.slots.extend([slots[signal]] * (b - a))
         return step
@@ -373,9 +375,9 @@ class ProbeStep:
             scores = buffers.scores
             index = torch.tensor([self.token_rows, self.slots], dtype=torch.long).to(scores.device, non_blocking=True)
             values = scores[index[0], index[1]].tolist()
-        except Exception as exc:
-            for r, *_ in self.readers:
-                r.state.fail(f"reading generated-token scores failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # the rules' error modes decide
+            for decode, *_ in self.readers:
+                decode.error = decode.error or f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
             return
-        for r, signal, offset, count in self.readers:
-            r.state.decode.put(signal, values[offset:offset + count])
+        for decode, signal, offset, count in self.readers:
+            decode.put(signal, values[offset:offset + count])

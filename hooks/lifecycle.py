@@ -173,6 +173,9 @@ class Lifecycle:
             if state is None:
                 continue
             if state is not _UNSEEN and state.steady is not None and not state.blocked:  # the usual decoding request
+                if state.decode is not None and not self._decoding(state, view, i):
+                    self._read_rows(view.span(i))  # not one token this step after all
+                    continue
                 for layer_slot in state.steady:
                     steady.setdefault(layer_slot, []).append(i)
                 continue
@@ -215,10 +218,29 @@ class Lifecycle:
         state.runtime.rows.append(rows)
 
     @staticmethod
+    def _decoding(state: RequestState, view, i: int) -> bool:
+        """A steady request with decode probes, its one generated token this
+        step: scored by the probe buffers, read after the forward (no RowSpan,
+        no Rows: at hundreds of requests a step, those cost the GPU time)."""
+        qsl = view.query_start_loc
+        row = int(qsl[i])
+        if int(qsl[i + 1]) - row != 1:
+            return False
+        state.decode.begin(int(view.first_positions[i]) - state.generated_start, 1)
+        state.runtime.decoders.append((state, i, row))
+        return True
+
+    @staticmethod
     def _steady(state: RequestState, span: RowSpan) -> tuple[tuple[int, int], ...] | None:
         """``state``'s steady steers once every one of them moves every row
-        from this step on; None while any still depends on the position."""
-        if state.preempted or span.first_position < state.num_prompt_tokens or state.decode is not None:
+        from this step on; None while any still depends on the position. A
+        request with decode probes is steady while it decodes one token a
+        step that only token probes read (``_decoding``)."""
+        if state.preempted or span.first_position < state.num_prompt_tokens:
+            return None
+        decode = state.decode
+        if decode is not None and (decode.focus or decode.stopped or decode.error is not None or state.error is not None
+                                   or span.end - span.start != 1):
             return None
         placed = []
         for active in state.steers:
@@ -233,7 +255,7 @@ class Lifecycle:
         """The step's forward and decisions are done: a forward before the
         next prepared step (a dummy run) must see no rows, captured or steered."""
         for runtime in self.plans.runtimes():
-            runtime.rows, runtime.steer_rows = [], {}
+            runtime.rows, runtime.steer_rows, runtime.decoders = [], {}, []
         buffers = steering_buffers.BUFFERS
         if buffers is not None:
             buffers.active = set()
@@ -397,6 +419,8 @@ def _set_probed_rows(runtimes) -> None:
             a, b = rows.generated_rows
             if b > a and rows.state.decode.layers:
                 start, end = min(start, a), max(end, b)
+        if runtime.decoders:  # in batch order: their rows rise
+            start, end = min(start, runtime.decoders[0][2]), max(end, runtime.decoders[-1][2] + 1)
     buffers.reading = (start, end) if end > start else None
 
 

@@ -60,6 +60,7 @@ class GuardRuntime:
         self.hook_calls: Counter[str] = Counter()
         self.live = 0  # requests running under this plan
         self.rows: list = []  # this step's rows of the requests with captures or a verdict due
+        self.decoders: list = []  # (state, batch index, token row): steady requests whose one generated token a probe scores
         self.steer_rows: dict[int, list] = {}
         self.decided_this_step = False
         self._step_indices: dict[tuple, torch.Tensor] = {}
@@ -192,6 +193,7 @@ class GuardRuntime:
     # -- per step, per request -----------------------------------------------
     def begin_step(self) -> None:
         self.rows = []
+        self.decoders = []
         self.focus_step = None
         self.steer_rows = {}
         self.decided_this_step = False

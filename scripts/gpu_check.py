@@ -28,6 +28,9 @@ points). Both check, on one mixed batch and then on some of its prompts again
     pass served from the prefix cache (its cached positions' scores read back),
     on both runners; the share of cached prompt tokens is reported beside the
     same prompts sent unguarded;
+  - a token probe on generated tokens (a decode rule's) equals its reference,
+    teacher forced, for requests that decode together (compiled: their
+    decode-only steps replay full CUDA graphs, probe_buffers.py);
   - a text-keyword block emits no model token (only the forced end-of-sequence);
   - an unconditional steer changes the output and follows the reference.
 Each mode prints one line ``RESULT {json}``; ``all`` prints ``SUMMARY {json}``
@@ -149,6 +152,28 @@ rules:
   - id: flag-injected
     when: injected > 1000
     action: flag
+""",
+    "decode.yaml": f"""\
+apiVersion: innerguard/v1
+kind: Policy
+metadata:
+  name: decode
+  version: 1.0.0
+  owner: gpu-check
+  description: The token probe's weights on every generated token; a stop rule that never fires.
+mode: enforce
+on_error: fail-closed
+signals:
+  written:
+    analyzer: token_probe
+    layers: {list(TOKEN_LAYERS)}
+    span: generated
+    window: {TOKEN_WINDOW}
+    weights: {{artifact: artifacts/token-probe.safetensors, key: weight}}
+rules:
+  - id: stop-written
+    when: written > 1000
+    action: stop
 """,
     "blocker.yaml": """\
 apiVersion: innerguard/v1
@@ -361,6 +386,7 @@ def check(workdir: Path, eager: bool) -> int:
                                                  and result["worker_counters"].get("keys_from_kv_cache", 0) > 0)
         checks["long_prompts_were_chunked"] = max(e["tokens"] for e in per_row) > engine_overrides()["max_num_batched_tokens"]
         _check_token_probe(g, model, policy_dir, result, checks)
+        _check_decode_probe(g, model, policy_dir, result, checks)
 
         block, clean = outs["block"], outs["clean"]
         eos = g.tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -440,6 +466,33 @@ def _check_token_probe(g, model, policy_dir: Path, result: dict, checks: dict) -
                                                and result["token_probe_max_rel_diff"] < TOLERANCE)
     # Every second-pass request was served in part from the prefix cache.
     checks["token_probe_shares_prefix_cache"] = all(e["prefill_tokens"] < e["tokens"] for e in entries if e["pass"] == "again")
+
+
+def _check_decode_probe(g, model, policy_dir: Path, result: dict, checks: dict) -> None:
+    """Every scored generated token's probe score equals the reference's, the
+    prompt and the completion run as one sequence (the last token is never
+    scored: its hidden state is never computed)."""
+    from safetensors.torch import load_file
+
+    from innerguard.engine.reference.scores import reference_token_scores
+
+    tensors = load_file(str(policy_dir / "artifacts" / "token-probe.safetensors"))
+    weights = {layer: tensors[f"weight.{layer}"] for layer in TOKEN_LAYERS}
+    rows = [row(i, ["decode"], max_tokens=24, rid=f"dec{i}") for i in range(4)]
+    outs = {o.id: o for o in g.run(rows)}
+    entries = []
+    for r in rows:
+        out = outs[r["id"]]
+        got = (out.decode_scores.get(0) or {}).get("decode.written") or []
+        prompt, written = list(out.output.prompt_token_ids), list(out.token_ids)
+        want = reference_token_scores(model, prompt + written, weights, float(tensors["bias"][0]),
+                                      [(len(prompt), len(prompt) + len(written) - 1)])
+        diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in zip(got, want)), default=0.0) if len(got) == len(want) else None
+        entries.append({"id": r["id"], "error": out.error, "scored": len(got), "expected": len(want), "diff": diff})
+    result["decode_probe"] = entries
+    result["decode_probe_max_rel_diff"] = max((e["diff"] for e in entries if e["diff"] is not None), default=None)
+    checks["decode_probe_matches_reference"] = (all(e["error"] is None and e["diff"] is not None for e in entries)
+                                                and result["decode_probe_max_rel_diff"] < TOLERANCE)
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
