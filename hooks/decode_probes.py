@@ -68,9 +68,13 @@ class _Pooled:
     best_start: int = 0
 
     def add(self, values: list[float]) -> bool:
-        """Pool ``values``; whether the best window changed."""
+        """Pool ``values``; whether the best window changed. A score that is
+        not finite raises: the rules' error modes decide, never a window
+        that silently stops growing."""
         w, changed = self.window, False
         for value in values:
+            if not math.isfinite(value):
+                raise ValueError(f"generated token {len(self.scores)} scored {value}")
             self.scores.append(value + self.bias)
             n = len(self.scores)
             if n >= w:

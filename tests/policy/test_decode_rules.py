@@ -481,3 +481,21 @@ def test_the_span_key_budget_refuses_past_its_limit_logs_once_and_reads_its_sett
     monkeypatch.setenv(ENV, "2 GB")
     with pytest.raises(ValueError, match=f"{ENV} must be a whole number of bytes, got '2 GB'"):
         SpanKeyBudget().reserve(1, cpu)
+
+
+def test_a_score_that_is_not_finite_follows_the_error_mode(tmp_path):
+    """A NaN score raises in the pooling; the worker's decide step then
+    evaluates again with the error, and fail-closed stops the completion."""
+    from innerguard.hooks.decide_step import decide_generated
+    from innerguard.hooks.results import ResultStore
+
+    _, analyzers, program = _plan(tmp_path, on_error="fail-closed")
+    probes = DecodeRules(analyzers).start([program])
+    state = SimpleNamespace(decode=probes, error=None, steady=(), key="k", req_id="r", group=SimpleNamespace(digest=1))
+    lifecycle = SimpleNamespace(decode_results=ResultStore())
+    probes.begin(0, 1)
+    probes.put("drift.drift", [float("nan")])
+    decide_generated(lifecycle, state)
+    assert probes.stopped and probes.record["stop"] is not None and state.steady is None
+    assert "scored nan" in probes.record["events"][0]["error"]
+    assert lifecycle.decode_results.get("k", 1) == {"r": probes.record}
