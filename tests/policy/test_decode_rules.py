@@ -499,3 +499,43 @@ def test_a_score_that_is_not_finite_follows_the_error_mode(tmp_path):
     assert probes.stopped and probes.record["stop"] is not None and state.steady is None
     assert "scored nan" in probes.record["events"][0]["error"]
     assert lifecycle.decode_results.get("k", 1) == {"r": probes.record}
+
+
+def test_a_steady_decoder_that_stops_has_its_row_forced_to_end_and_goes_to_the_scheduler(tmp_path):
+    """The logits hook reads a steady decoder's score from the probe buffers
+    (lifecycle._decoding: no Rows), runs its rules, and on a stop forces its
+    own logits row to end-of-sequence; the other decoder's row is untouched."""
+    from collections import Counter
+
+    from innerguard.hooks.decide_step import decide_hook
+    from innerguard.hooks.probe_buffers import ProbeBuffers
+    from innerguard.hooks.results import ResultStore
+    from innerguard.hooks import probe_buffers
+
+    _, analyzers, program = _plan(tmp_path)
+    buffers = ProbeBuffers(num_layers=1, hidden_size=4, max_tokens=8, device="cpu")
+    decoders = []
+    for i in range(2):
+        probes = DecodeRules(analyzers).start([program])
+        _score(probes, [0.1] * 3)  # a whole window, less one token
+        probes.begin(3, 1)
+        decoders.append((SimpleNamespace(decode=probes, error=None, steady=(), blocked=False, key=f"k{i}", req_id=f"r{i}",
+                                         group=SimpleNamespace(digest=i)), i, i))  # (state, batch index, token row)
+    buffers.scores[0, 0], buffers.scores[1, 0] = 9.0, 0.1  # far above the stop threshold, and below it
+    modules = SimpleNamespace(eos_token_id=2, shard=SimpleNamespace(whole=True))
+    runtime = SimpleNamespace(hook_calls=Counter(), decided_this_step=False, focus_step=None, rows=[], decoders=decoders,
+                              probe_slots={"drift.drift": 0}, modules=modules, contained=lambda label, fn: fn)
+    lifecycle = SimpleNamespace(prefix=SimpleNamespace(keep_token_scores=lambda runtime: None), num_rows=2,
+                                blocked_now=set(), decode_results=ResultStore())
+    logits = torch.zeros(2, 5)
+    old, probe_buffers.BUFFERS = probe_buffers.BUFFERS, buffers
+    try:
+        decide_hook(runtime, lifecycle)(None, (), logits)
+    finally:
+        probe_buffers.BUFFERS = old
+    (stopped, _, _), (going, _, _) = decoders
+    assert stopped.decode.stopped and stopped.decode.record["stop"]["token"] == 0 and stopped.steady is None
+    assert not going.decode.stopped and going.steady == ()
+    assert lifecycle.blocked_now == {"r0"}
+    assert logits[0].argmax() == 2 and logits[0, 2] == 0 and logits[0, 0] < -1e30
+    assert torch.equal(logits[1], torch.zeros(5))
