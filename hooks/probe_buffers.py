@@ -34,8 +34,7 @@ class ProbeBuffers:
         self.weights = torch.zeros(num_layers, hidden_size, SLOTS, dtype=torch.float32, device=device)
         self.scores = torch.zeros(max_tokens, SLOTS, dtype=torch.float32, device=device)
         self._held: list[dict[int, torch.Tensor]] = [{} for _ in range(SLOTS)]  # each slot's weights by layer
-        self._users = [0] * SLOTS  # plans holding each slot
-        self._free = list(range(SLOTS - 1, -1, -1))
+        self._users = [0] * SLOTS  # plans holding each slot (0: free)
         self.first: int | None = None  # the first layer any slot reads (outside a capture it overwrites)
         self.read_layers: frozenset[int] = frozenset()
         self.reading: tuple[int, int] | None = None  # this step's token rows a probe reads, [start, end)
@@ -52,10 +51,10 @@ class ProbeBuffers:
             if self._users[slot] and held.keys() == weights.keys() and all(torch.equal(held[k], w) for k, w in weights.items()):
                 self._users[slot] += 1
                 return slot
-        if not self._free:
+        if 0 not in self._users:
             raise RuntimeError(f"no free probe slot: the live plans hold {SLOTS} distinct token probes on generated "
                                "tokens (old plans stay a minute after a reload)")
-        slot = self._free.pop()
+        slot = self._users.index(0)
         for layer, weight in weights.items():
             self.weights[layer, :, slot].copy_(weight.to(self.weights.dtype))
         self._held[slot], self._users[slot] = dict(weights), 1
@@ -68,7 +67,6 @@ class ProbeBuffers:
             return
         self.weights[:, :, slot].zero_()
         self._held[slot] = {}
-        self._free.append(slot)
         self._update()
 
     def _update(self) -> None:
