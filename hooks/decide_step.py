@@ -21,7 +21,7 @@ from innerguard.engine import analyzers as analyzer_units
 from innerguard.engine.contract import WorkerResult
 from innerguard.hooks import probe_buffers
 from innerguard.hooks.calibration import geometry_of
-from innerguard.hooks.decode_probes import ProbeStep
+from innerguard.hooks.decode_probes import StepScores
 from innerguard.hooks.signals import read_signals
 from innerguard.hooks.tensor_parallel import combine
 
@@ -38,10 +38,7 @@ def decide_hook(runtime, lifecycle):
         if runtime.decided_this_step or logits is None:
             return None  # prompt logprobs call the logits processor again
         runtime.decided_this_step = True
-        if runtime.focus_step is not None:  # the step's attention on generated tokens, to each request
-            runtime.focus_step.finish()
-        if runtime.probe_slots:  # and its generated-token probe scores
-            ProbeStep.collect(runtime.rows, runtime.decoders, runtime.probe_slots).finish(probe_buffers.BUFFERS)
+        land_scores(lifecycle, runtime)  # the last step's generated-token scores: its decode rules
         lifecycle.prefix.keep_token_scores(runtime)  # before decisions clear the captures
         due = [r for r in runtime.rows if (r.state.decided and r.state.late_error) or (r.last_row is not None and not r.state.decided)]
         # One logits row per request of the step, or no row can be trusted.
@@ -53,11 +50,8 @@ def decide_hook(runtime, lifecycle):
             except Exception as exc:  # never leave a request undecided, never raise into vLLM
                 fail_closed(lifecycle, rows.state, exc)
         decisions.finish()
-        for rows in runtime.rows:
-            if rows.state.decode is not None and not rows.state.blocked:
-                decide_generated(lifecycle, rows.state)
-        for state, batch_index, _ in runtime.decoders:
-            decide_generated(lifecycle, state)
+        # This step's, on their way to the host: judged at the next step.
+        runtime.scores_in_flight = StepScores.launch(runtime, probe_buffers.BUFFERS)
         # Blocked or stopped now, or earlier with a step still in flight.
         ended = [(r.state, r.span.batch_index) for r in runtime.rows]
         ended += [(state, batch_index) for state, batch_index, _ in runtime.decoders if state.decode.stopped]
@@ -71,32 +65,45 @@ def decide_hook(runtime, lifecycle):
     return runtime.contained("logits", decide)
 
 
-def decide_generated(lifecycle, state) -> None:
-    """The decode rules on the generated tokens ``state`` scored in this step
-    (decode_probes.py); what they found goes where the engine takes it."""
-    decode = state.decode
-    if decode.pending is None or decode.stopped:
+def land_scores(lifecycle, runtime) -> None:
+    """The decode rules on the generated-token scores of ``runtime``'s last
+    step (decode_probes.StepScores), if still on their way: at the next
+    step's logits hook, or before the engine takes the records."""
+    step, runtime.scores_in_flight = runtime.scores_in_flight, None
+    if step is None:
         return
-    pending = decode.pending
+    for scored, values in step.land():
+        decide_generated(lifecycle, scored.state, scored.first, scored.end, values)
+
+
+def decide_generated(lifecycle, state, first: int, end: int, values: dict[str, list[float]]) -> None:
+    """The decode rules on ``state``'s generated tokens ``[first, end)``,
+    scored a step ago (``values``, decode_probes.py); what they found goes
+    where the engine takes it."""
+    decode = state.decode
+    if decode.stopped:
+        return
     if state.error is not None and decode.error is None:  # a hook failed for it: the rules' error modes decide
         decode.error = state.error
     try:
-        stop = decode.evaluate()
+        stop = decode.evaluate(first, end, values)
     except Exception as exc:
-        decode.error, decode.pending = f"{type(exc).__name__}: {exc}", pending
+        decode.error = f"{type(exc).__name__}: {exc}"
         try:
-            stop = decode.evaluate()
+            stop = decode.evaluate(first, end, values)
         except Exception:  # not even the error modes could be applied: never carry on unguarded
             decode.stopped = True
-            stop = {"token": pending[0], "policy": None, "rule": None, "message": BLOCKED_MESSAGE,
+            stop = {"token": first, "policy": None, "rule": None, "message": BLOCKED_MESSAGE,
                     "error": decode.error}
     if stop is not None or decode.error is not None:  # out of the steady path (lifecycle._decoding)
         state.steady = None
     if stop is not None:
         decode.record["stop"] = stop
     elif decode.new_steers:
-        # The next forward computes the row of the token sampled in this step: steering starts there.
-        start = state.generated_start + decode.scored
+        # Read a step late: the row of the token sampled when these tokens
+        # were scored is computed by now (or by a step already under way),
+        # unsteered; steering starts at the row after it.
+        start = state.generated_start + decode.scored + 1
         for steer_id in decode.new_steers:
             state.add_steers(state.runtime.steers_by_id.get(steer_id, ()), from_position=start)
         decode.new_steers.clear()

@@ -11,8 +11,8 @@ form one ``[requests, heads, keys, d]`` tensor per layer (kept while the
 same requests decode, rebuilt when one joins or leaves), and one batched
 product gives every share. A request that reads several tokens in one step
 (a teacher-forced answer, a recompute) is read on its own. The layers'
-shares add up in one ``[rows]`` accumulator per tracker, handed to each
-request's ``DecodeProbes`` once, on the host, after the forward (``finish``).
+shares add up in one ``[rows]`` accumulator per tracker, which goes to the
+host with the step's other scores (decode_probes.StepScores).
 """
 from __future__ import annotations
 
@@ -106,18 +106,6 @@ class FocusStep:
                         decode.add(signal, r.generated_first, shares / focus.num_heads)
             except Exception as exc:
                 r.state.fail(f"generated-token attention at layer {layer} failed: {type(exc).__name__}: {exc}")
-
-    def finish(self) -> None:
-        """Hand each batched request its token's value (after the forward):
-        one device-to-host copy per tracker for the whole step, not one per
-        request (decode_probes.ProbeStep says what that cost on a GPU)."""
-        for signal, readers in self.batched.items():
-            if readers.values is None:
-                continue
-            values = readers.values / readers.members[0].state.decode.focus[signal].num_heads
-            for r, value in zip(readers.members, values.tolist()):
-                if r.state.error is None:
-                    r.state.decode.put(signal, [value])
 
 
 def _complete(decode) -> bool:

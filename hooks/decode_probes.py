@@ -3,10 +3,10 @@
 A ``token_probe`` signal with ``span: generated`` scores each generated token
 as a prompt probe scores prompt tokens (analyzers/token_probe.py):
 ``s_t = Σ_L w_L · h_L,t + b``, added up over its layers by the layer points
-into device buffers that full CUDA graphs replay (probe_buffers.py) and read
-after the forward (``ProbeStep``). A token's hidden state is computed in the step that
-samples the token after it, so a token is scored one step after it was
-sampled, and a completion's last token is never scored.
+into device buffers that full CUDA graphs replay (probe_buffers.py) and sent
+to the host after the forward (``StepScores``). A token's hidden state is
+computed in the step that samples the token after it, so a token is scored
+one step after it was sampled, and a completion's last token is never scored.
 
 An ``attention_tracker`` with ``span: generated`` gives each generated token
 its heads' mean share of span attention that goes toward one span (trusted
@@ -15,26 +15,28 @@ attention points of those layers and the prompt's span keys, kept when the
 prompt is decided (``keep_span_keys``; the step's requests are read together
 in decode_focus.py). It is pooled as a token probe's scores are.
 
-After each step's forward (the logits hook, decide_step.py) the output rules
-that read these signals ("decode" rules, ``Evaluator(phase="decode")``) are
-evaluated for every request that scored a new token, on the signal value the
-prompt's pooling gives the generated tokens scored so far: the largest mean
-over ``window`` consecutive tokens. The rules first run once every signal
-they read has a whole window: the mean of the first few tokens alone says
-little (the first one often scores far from the rest), and a completion
-shorter than a window plus one token is never judged. A ``steer`` starts at
-the next token (``decide_step.decide_generated``): the token sampled in the
-step that decided was chosen before the decision, so the first steered row
-is that token's, and the first steered choice the token after it. A steer
-decided here stays on to the end of the completion: the pooled value only
-grows, and a steer that came and went with each token would make the stream
-depend on where the window fell. A ``stop`` forces the row to
-end-of-sequence, as a block does, and the scheduler finishes the completion
-in this step; the record says where the violation starts: the first token of
-the window that made the rule fire. The engine takes the record
-(``RPC_TAKE_DECODE``) when the completion ends and returns nothing from that
-token on; a stream's hold-back (at least the window) has kept those tokens
-from being sent.
+The output rules that read these signals ("decode" rules,
+``Evaluator(phase="decode")``) judge a step's scores at the next step's
+logits hook (decide_step.py), once the copy to the host has landed without
+the host waiting for it, or when the engine takes the records. They run for
+every request that scored a new token, on the signal value the prompt's
+pooling gives the generated tokens scored so far: the largest mean over
+``window`` consecutive tokens. The rules first run once every signal they
+read has a whole window: the mean of the first few tokens alone says little
+(the first one often scores far from the rest), and a completion shorter
+than a window plus one token is never judged. A ``steer`` starts two tokens
+after the last one judged (``decide_step.decide_generated``): the token
+sampled when that one was scored, and the one sampled in the step that
+judged it, were chosen before the decision, so the first steered row is the
+latter's. A steer decided here stays on to the end of the completion: the
+pooled value only grows, and a steer that came and went with each token
+would make the stream depend on where the window fell. A ``stop`` forces the
+judging step's row to end-of-sequence, as a block does, and the scheduler
+finishes the completion in that step; the record says where the violation
+starts: the first token of the window that made the rule fire. The engine
+takes the record (``RPC_TAKE_DECODE``) when the completion ends and returns
+nothing from that token on; a stream's hold-back (at least the window plus
+two) has kept those tokens from being sent.
 
 Rules here are evaluated after every scored token that changes a pooled
 value (the rules are a pure function of the values; on the others they
@@ -120,13 +122,11 @@ class DecodeProbes:
     layers: frozenset[int]  # the token probes'
     focus: dict[str, Focus] = field(default_factory=dict)  # the attention trackers'
     span_keys: dict[str, dict[int, attention_tracker.SpanKeys]] | None = None  # signal -> layer -> keys
-    sums: dict[str, torch.Tensor] = field(default_factory=dict)  # signal -> per-token sums over layers (device)
-    # signal -> the final scores of the tokens this step computes, on the
-    # host (token probes, ProbeStep; one-token attention trackers, FocusStep):
-    # read instead of sums
-    step_values: dict[str, list[float]] = field(default_factory=dict)
-    scored: int = 0  # generated tokens whose scores are final
-    pending: tuple[int, int] | None = None  # generated tokens this step scores
+    # signal -> per-token sums over layers (device): attention trackers read
+    # on their own (several tokens a step)
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    scored: int = 0  # generated tokens pooled so far
+    pending: tuple[int, int] | None = None  # generated tokens this step scores, until StepScores takes them
     stopped: bool = False
     error: str | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -187,21 +187,13 @@ class DecodeProbes:
         """This step computes generated tokens ``[first, first + count)``:
         their sums start from zero (a recompute after preemption rescores)."""
         end = first + count
-        if first > self.scored and self.error is None:  # e.g. served from the prefix cache: never guess a score
-            self.error = f"generated tokens {self.scored}..{first} were never computed by this request"
         for signal, sums in list(self.sums.items()):
             if sums.numel() < end:
                 grown = sums.new_zeros(end + GROW)
                 grown[: sums.numel()] = sums
                 self.sums[signal] = sums = grown
             sums[first:end] = 0
-        self.step_values.clear()
         self.pending = (first, end)
-
-    def put(self, signal: str, values: list[float]) -> None:
-        """The final scores of the tokens this step computes (``pending``), on
-        the host (the step's requests read together, ``ProbeStep.finish``)."""
-        self.step_values[signal] = values
 
     def add(self, signal: str, first: int, values: torch.Tensor) -> None:
         """One layer's share of the scores of generated tokens from ``first`` on."""
@@ -214,23 +206,21 @@ class DecodeProbes:
             self.sums[signal] = sums = grown
         sums[first:end] += values
 
-    def evaluate(self) -> dict[str, Any] | None:
-        """Pool the tokens this step scored and run the decode rules. Returns
-        the stop (a record) once an applied ``stop`` fires."""
-        if self.pending is None or self.stopped:
-            return None
-        begun, end = self.pending
-        self.pending = None
-        if end <= self.scored:
+    def evaluate(self, begun: int, end: int, values: dict[str, list[float]]) -> dict[str, Any] | None:
+        """Pool the scores of generated tokens ``[begun, end)`` (``values``:
+        signal -> one host score per token; a signal missing was not
+        computed) and run the decode rules. Returns the stop (a record) once
+        an applied ``stop`` fires."""
+        if self.stopped or end <= self.scored:
             return None  # recomputed tokens: already pooled
+        if begun > self.scored and self.error is None:  # e.g. served from the prefix cache: never guess a score
+            self.error = f"generated tokens {self.scored}..{begun} were never computed by this request"
         first = max(begun, self.scored)
         changed = missing = False
         if self.error is None:
             for signal, pooled in self.signals.items():
-                if signal in self.step_values:
-                    changed |= pooled.add(self.step_values[signal][first - begun:])
-                elif signal in self.sums:
-                    changed |= pooled.add(self.sums[signal][first:end].tolist())
+                if signal in values:
+                    changed |= pooled.add(values[signal][first - begun:])
                 else:
                     missing = True
         self.scored = end
@@ -242,19 +232,19 @@ class DecodeProbes:
         # record per request and step was host time on a GPU.
         if self.error is None and not missing and not changed:
             return None
-        values: dict[str, Any] = {}
+        pooled_values: dict[str, Any] = {}
         starts: dict[str, int] = {}
         for signal, pooled in self.signals.items():
             if self.error is not None:
-                values[signal] = SignalError(self.error)
-            elif signal not in self.step_values and signal not in self.sums:
-                values[signal] = SignalError(f"no scores were computed for {signal}")
+                pooled_values[signal] = SignalError(self.error)
+            elif signal not in values:
+                pooled_values[signal] = SignalError(f"no scores were computed for {signal}")
             else:
-                values[signal], starts[signal] = pooled.value()
+                pooled_values[signal], starts[signal] = pooled.value()
         self.record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
         if self.error is None and not all(p.ready for p in self.signals.values()):
             return None
-        verdict = self.evaluator.evaluate(values)
+        verdict = self.evaluator.evaluate(pooled_values)
         stop = None
         for decision in verdict.decisions:
             if decision.action == "allow" and decision.error is None:
@@ -341,47 +331,131 @@ def _focus(spec) -> Focus:
 
 
 @dataclass(eq=False)
-class ProbeStep:
-    """One step's generated-token probe scores, read after the forward from
-    the accumulator the layer points filled (probe_buffers.py): one gather
-    and one copy to the host for every request, token and probe of the step.
-    Scored one by one, each request cost a handful of kernels per layer and
-    a wait for the device per step; on an H200 (640 requests a round) a
-    never-firing decode rule then ran at 12.8 % of plain vLLM
-    (benchmarks/README.md, 2026-12-07)."""
+class _Scored:
+    """One request's generated tokens of a step, and where their scores
+    lie in the step's values."""
 
-    readers: list = field(default_factory=list)  # (DecodeProbes, signal, offset in the read values, tokens)
-    token_rows: list[int] = field(default_factory=list)
-    slots: list[int] = field(default_factory=list)
+    state: Any
+    first: int
+    end: int
+    at: dict[str, tuple[int, int]] = field(default_factory=dict)  # signal -> (offset, tokens)
+
+
+class StepScores:
+    """One step's generated-token scores on their way to the host, judged a
+    step late.
+
+    After the forward (the logits hook, ``launch``), every score of the step
+    goes into one device tensor: the token probes' from the accumulator the
+    layer points filled (probe_buffers.py), the attention trackers' from the
+    step's batched read (decode_focus.FocusStep) or a request's own sums.
+    One copy to pinned host memory starts, and nothing waits for it: the
+    decode rules read the values at the next step's logits hook, or when the
+    engine takes the records (``land``). Waiting in the step that computed
+    them kept the host from preparing the next step while the device ran
+    this one; on an H100 a decode rule that never fired then ran at 75 % of
+    plain vLLM (benchmarks/README.md, 2026-12-07). Scored one request at a
+    time, with a read each, it had run at 12.8 % on an H200."""
+
+    def __init__(self):
+        self.scored: list[_Scored] = []
+        self._parts: list[torch.Tensor] = []
+        self._size = 0
+        self._host: torch.Tensor | None = None
+        self._copied = None  # the device-to-host copy's CUDA event
+        self._error: str | None = None
+
+    def _part(self, values: torch.Tensor) -> int:
+        """Where ``values`` (1-D) will start in the step's values."""
+        offset = self._size
+        self._parts.append(values.float())
+        self._size += values.numel()
+        return offset
 
     @classmethod
-    def collect(cls, rows, decoders, slots: dict[str, int]) -> "ProbeStep":
-        """From the step's ``Rows`` and its steady decoders ((state, batch index, token row))."""
+    def launch(cls, runtime, buffers) -> "StepScores | None":
+        """The step's scores of ``runtime``'s requests (its ``Rows`` and
+        steady decoders), on their way to the host; None when none scored a
+        token. Takes each request's ``pending`` tokens."""
         step = cls()
-        readers = [(r.state, *r.generated_rows) for r in rows] + [(state, row, row + 1) for state, _, row in decoders]
+        probes: list[tuple[_Scored, str, int, int]] = []  # (request, signal, offset in the probe rows, tokens)
+        token_rows: list[int] = []
+        slots: list[int] = []
+        focus = runtime.focus_step
+        batched: dict[str, tuple[int, dict[int, int]]] = {}  # signal -> (its values' offset, id(state) -> place)
+        readers = [(r.state, *r.generated_rows) for r in runtime.rows]
+        readers += [(state, row, row + 1) for state, _, row in runtime.decoders]
         for state, a, b in readers:
             decode = state.decode
-            if decode is None or b <= a or not decode.layers or decode.error is not None:
+            if b <= a or decode is None or decode.pending is None:
                 continue
+            (first, end), decode.pending = decode.pending, None
+            if decode.stopped or state.blocked:
+                continue
+            scored = _Scored(state, first, end)
+            step.scored.append(scored)
+            if decode.error is not None or state.error is not None:
+                continue  # the rules' error modes decide
             for signal in decode.signals:
-                if signal in decode.focus:
+                if signal not in decode.focus:
+                    if signal in runtime.probe_slots:
+                        probes.append((scored, signal, len(token_rows), b - a))
+                        token_rows.extend(range(a, b))
+                        slots.extend([runtime.probe_slots[signal]] * (b - a))
                     continue
-                step.readers.append((decode, signal, len(step.token_rows), b - a))
-                step.token_rows.extend(range(a, b))
-                step.slots.extend([slots[signal]] * (b - a))
+                readers_of = focus.batched.get(signal) if focus is not None else None
+                if readers_of is not None and readers_of.values is not None:
+                    if signal not in batched:
+                        offset = step._part(readers_of.values / decode.focus[signal].num_heads)
+                        batched[signal] = (offset, {id(m.state): i for i, m in enumerate(readers_of.members)})
+                    offset, places = batched[signal]
+                    if id(state) in places:
+                        scored.at[signal] = (offset + places[id(state)], 1)
+                        continue
+                if signal in decode.sums:  # read on its own
+                    scored.at[signal] = (step._part(decode.sums[signal][first:end]), end - first)
+        if not step.scored:
+            return None
+        try:
+            if token_rows:
+                scores = buffers.scores
+                index = torch.tensor([token_rows, slots], dtype=torch.long)
+                if scores.is_cuda:
+                    index = index.pin_memory()
+                index = index.to(scores.device, non_blocking=True)
+                base = step._part(scores[index[0], index[1]])
+                for scored, signal, offset, count in probes:
+                    scored.at[signal] = (base + offset, count)
+            if step._parts:
+                parts = step._parts
+                values = torch.cat(parts) if len(parts) > 1 else parts[0]
+                if values.is_cuda:  # the copy runs in stream order, before any later step rewrites a part
+                    step._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+                    step._host.copy_(values, non_blocking=True)
+                    step._copied = torch.cuda.Event()
+                    step._copied.record()
+                else:  # a lone part may be a view of sums that a recompute rewrites before it lands
+                    step._host = values if len(parts) > 1 else values.clone()
+        except Exception as exc:  # the rules' error modes decide
+            step._error = f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
+        step._parts = []
         return step
 
-    def finish(self, buffers) -> None:
-        """Hand each request its tokens' scores (after the forward)."""
-        if not self.readers:
-            return
-        try:
-            scores = buffers.scores
-            index = torch.tensor([self.token_rows, self.slots], dtype=torch.long).to(scores.device, non_blocking=True)
-            values = scores[index[0], index[1]].tolist()
-        except Exception as exc:  # the rules' error modes decide
-            for decode, *_ in self.readers:
-                decode.error = decode.error or f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
-            return
-        for decode, signal, offset, count in self.readers:
-            decode.put(signal, values[offset:offset + count])
+    def land(self) -> list[tuple[_Scored, dict[str, list[float]]]]:
+        """Each request's tokens and their scores on the host (waiting for the
+        copy, which the device has usually finished by now)."""
+        values: list[float] = []
+        if self._host is not None and self._error is None:
+            try:
+                if self._copied is not None:
+                    self._copied.synchronize()
+                values = self._host.tolist()
+            except Exception as exc:
+                self._error = f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
+        landed = []
+        for scored in self.scored:
+            decode = scored.state.decode
+            if self._error is not None:
+                decode.error = decode.error or self._error
+            landed.append((scored, {signal: values[o:o + n] for signal, (o, n) in scored.at.items()}))
+        return landed

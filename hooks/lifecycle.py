@@ -23,7 +23,7 @@ import numpy as np
 
 from innerguard.hooks import probe_buffers, span_key_budget, steering_buffers
 from innerguard.hooks.calibration import CalibrationStore
-from innerguard.hooks.decide_step import failed_decision
+from innerguard.hooks.decide_step import failed_decision, land_scores
 from innerguard.hooks.plan_versions import PlanVersions
 from innerguard.hooks.prefix_fill import PrefixFill
 from innerguard.hooks.request_args import BadArguments, check_positions, read_args
@@ -146,6 +146,12 @@ class Lifecycle:
             self.decode_results.finished(group.key)
         if state.runtime in self.plans.retiring:
             self.plans.drop_idle()
+
+    def land_scores(self) -> None:
+        """Judge the generated-token scores still on their way to the host
+        (decode_probes.StepScores): the engine is about to take the records."""
+        for runtime in self.plans.runtimes():
+            land_scores(self, runtime)
 
     # -- one step ---------------------------------------------------------------
     def begin_step(self) -> None:

@@ -20,7 +20,7 @@ launches only for a step whose rows a probe reads (``reading``), only on
 those rows, and only at the layers some slot reads, the first of them
 overwriting. Either way the accumulator ends the forward holding each row's
 score per slot (bias left out); after the forward the logits hook reads the
-rows it needs (decode_probes.ProbeStep).
+rows it needs (decode_probes.StepScores).
 """
 from __future__ import annotations
 

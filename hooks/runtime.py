@@ -79,6 +79,7 @@ class GuardRuntime:
                                      for layer, _ in a.params["heads"]})
         self.decode_rules = DecodeRules(self.analyzers)
         self.focus_step = None  # this step's generated-token attention trackers (decode_focus.FocusStep)
+        self.scores_in_flight = None  # the last step's generated-token scores (decode_probes.StepScores)
         self.focus_keys: dict = {}  # their padded span keys by (signal, layer), while the same requests decode
         self.token_weights = {(a.signal, int(layer)): vectors[name] for a in token_probes
                               for layer, name in a.params["weights"].items()}

@@ -164,11 +164,13 @@ class _PolicyChecker:
 
     def check_decode_window(self, signal, path: tuple) -> None:
         """A stream holds back ``output.hold_back`` tokens; a decode probe's
-        stop cuts at the start of its window, and the engine may see one
-        more token (the step that decided) before it learns of the stop."""
-        if self.policy.output.hold_back <= signal.window:
+        stop cuts at the start of its window, and the engine may see two
+        more tokens before it learns of the stop: the one sampled when the
+        window's last token was scored (judged a step later), and the one
+        of the step that decided."""
+        if self.policy.output.hold_back <= signal.window + 1:
             self.add("IG215", f"{signal.analyzer} signal {signal.name!r} pools {signal.window} generated tokens, but output.hold_back "
-                     f"is {self.policy.output.hold_back} (at least {signal.window + 1} needed): a stream may send tokens of "
+                     f"is {self.policy.output.hold_back} (at least {signal.window + 2} needed): a stream may send tokens of "
                      "the window before the rule stops it", path + ("window",), key=True)
 
     def check_output_rule(self, rule: Rule, path: tuple) -> None:

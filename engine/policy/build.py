@@ -111,13 +111,15 @@ def _rule(ctx: _Context, index: int, data: dict) -> Rule:
 
 
 def _output_settings(data: dict, signals) -> OutputSettings:
-    """The ``output`` block; a stream's hold-back defaults to one more than
-    the longest window of the policy's signals on the generated tokens, so
-    that a stop never comes after the start of its window was sent (lint IG215)."""
+    """The ``output`` block; a stream's hold-back defaults to two more than
+    the longest window of the policy's signals on the generated tokens (the
+    worker judges a step's scores at the next step, and the engine may see
+    that step's token too), so that a stop never comes after the start of
+    its window was sent (lint IG215)."""
     windows = [s.window for s in signals
                if isinstance(s, (TokenProbeSignal, AttentionTrackerSignal)) and s.span == "generated"]
     if windows and "hold_back" not in data:
-        data = {**data, "hold_back": max(OutputSettings.hold_back, min(max(windows) + 1, MAX_HOLD_BACK))}
+        data = {**data, "hold_back": max(OutputSettings.hold_back, min(max(windows) + 2, MAX_HOLD_BACK))}
     return OutputSettings(**data)
 
 

@@ -126,8 +126,8 @@ _RULES = [
              "The policy's 'output' block (hold_back, every) says how its output rules read a generation, but none of its rules reads a signal with span 'generated', so the block changes nothing.",
              "Delete the 'output' block, or add a rule on a 'generated' text signal."),
     RuleInfo("IG215", W, "hold-back shorter than a decode window",
-             "A token_probe or attention_tracker with span 'generated' is read in the worker, one step after each token was sampled, and a stop cuts the completion where the window that fired begins; the engine may see the token of the deciding step before it learns of the stop. A stream sends a token once it is older than 'output.hold_back' tokens, so with a hold-back of the window or less the first tokens of the violating window may already have been sent when the rule stops the generation. Without 'hold_back', a policy with such a signal holds back one more token than its longest window.",
-             "Set output.hold_back to at least the window plus one (or leave it out), or use a smaller window."),
+             "A token_probe or attention_tracker with span 'generated' is read in the worker, one step after each token was sampled, and judged at the step after that; a stop cuts the completion where the window that fired begins, and the engine may see two more tokens before it learns of the stop. A stream sends a token once it is older than 'output.hold_back' tokens, so with a hold-back of the window plus one or less the first tokens of the violating window may already have been sent when the rule stops the generation. Without 'hold_back', a policy with such a signal holds back two more tokens than its longest window.",
+             "Set output.hold_back to at least the window plus two (or leave it out), or use a smaller window."),
     # -- actions and templates -------------------------------------------
     RuleInfo("IG301", E, "invalid message template",
              "A block or flag message is a Jinja2 template and it does not parse.",

@@ -232,7 +232,8 @@ CASES += [
     Case("decode-rule-blocks", token_probe_policy(span="generated"), "IG213", 19, setup=token_weights(6, 12)),
     Case("decode-rule-reads-generated-text", token_probe_policy(span="generated", when="injected > 4 and leak", action="stop",
                                                                 signals=OUTPUT_SIGNAL), "IG213", 22, setup=token_weights(6, 12)),
-    Case("decode-hold-back-within-the-window", token_probe_policy(span="generated", head=HEAD + "output: {hold_back: 12}\n",
+    # window + 1 is one short: the worker judges a step's scores at the next step.
+    Case("decode-hold-back-within-the-window", token_probe_policy(span="generated", head=HEAD + "output: {hold_back: 13}\n",
                                                                   pooling="    window: 12\n", action="stop"),
          "IG215", 15, setup=token_weights(6, 12)),
     Case("decode-attention-hold-back-within-the-window",

@@ -53,6 +53,16 @@ def _plan(tmp_path: Path, mode: str = "enforce", on_error: str = "fail-closed"):
     return SimpleNamespace(analyzers=list(analyzers.values())), analyzers, policy.to_program()
 
 
+def _judge(probes, values: dict[str, list[float]] | None = None):
+    """What the worker does with a step's pending tokens (a step later,
+    decode_probes.StepScores): their scores, ``values`` or the device sums,
+    pooled and judged. The stop, if one fired."""
+    (first, end), probes.pending = probes.pending, None
+    if values is None:
+        values = {signal: sums[first:end].tolist() for signal, sums in probes.sums.items()}
+    return probes.evaluate(first, end, values)
+
+
 def _score(probes, scores: list[float], start: int = 0) -> list:
     """Feed the worker's probes one generated token per step, as the layer
     point and the logits hook do; the stops each step returned."""
@@ -60,7 +70,7 @@ def _score(probes, scores: list[float], start: int = 0) -> list:
     for i, value in enumerate(scores, start):
         probes.begin(i, 1)
         probes.add("drift.drift", i, torch.tensor([value], dtype=torch.float32))
-        stops.append(probes.evaluate())
+        stops.append(_judge(probes))
     return stops
 
 
@@ -71,7 +81,7 @@ def test_the_compiled_rule_is_a_decode_rule_and_the_hold_back_covers_the_window(
     assert program.signals == ()  # the prompt phase never waits for it
     (tmp_path / "wide.yaml").write_text(POLICY.format(mode="enforce", on_error="fail-closed")
                                         .replace("window: 4", "window: 20").replace("name: drift", "name: wide"))
-    assert load_file(tmp_path / "wide.yaml").policy.to_program().rules[0].params["hold_back"] == 21
+    assert load_file(tmp_path / "wide.yaml").policy.to_program().rules[0].params["hold_back"] == 22
 
 
 def test_the_pooled_value_is_the_window_maximum_of_the_tokens_scored_so_far(tmp_path):
@@ -102,7 +112,7 @@ def test_a_stop_cuts_at_the_first_token_of_the_window_that_fired(tmp_path):
 
 def test_the_rules_run_again_only_when_a_value_changes_and_host_scores_pool_as_device_scores(tmp_path):
     """A step's one-token requests hand their scores over on the host
-    (``put``, decode_probes.ProbeStep): pooled as the device sums are. The
+    (decode_probes.StepScores): pooled as the device sums are. The
     rules are a pure function of the pooled values, which only change when
     a window beats the best so far: they run again only then."""
     _, analyzers, program = _plan(tmp_path)
@@ -115,8 +125,8 @@ def test_the_rules_run_again_only_when_a_value_changes_and_host_scores_pool_as_d
     assert _score(on_device, scores) == [None] * 40
     for i, value in enumerate(scores):
         on_host.begin(i, 1)
-        on_host.put("drift.drift", torch.tensor([value], dtype=torch.float32).tolist())  # as ProbeStep hands it
-        assert on_host.evaluate() is None
+        # as StepScores hands it over
+        assert _judge(on_host, {"drift.drift": torch.tensor([value], dtype=torch.float32).tolist()}) is None
     assert on_host.record["scores"] == on_device.record["scores"]
     assert on_host.signals["drift.drift"].value() == on_device.signals["drift.drift"].value()
     kept = on_device.record["scores"]["drift.drift"]
@@ -138,10 +148,9 @@ def test_a_recomputed_token_is_pooled_once(tmp_path):
     _score(probes, [0.1] * 6)
     probes.begin(0, 6)  # a preempted request recomputes its generated tokens
     probes.add("drift.drift", 0, torch.full((6,), 0.1))
-    assert probes.evaluate() is None and len(probes.record["scores"]["drift.drift"]) == 6
-    probes.begin(0, 8)  # recomputed, then two new tokens, read on the host (ProbeStep)
-    probes.put("drift.drift", [0.1] * 6 + [0.2, 0.3])
-    probes.evaluate()
+    assert _judge(probes) is None and len(probes.record["scores"]["drift.drift"]) == 6
+    probes.begin(0, 8)  # recomputed, then two new tokens, read on the host (StepScores)
+    _judge(probes, {"drift.drift": [0.1] * 6 + [0.2, 0.3]})
     bias = probes.signals["drift.drift"].bias
     assert probes.record["scores"]["drift.drift"][6:] == [0.2 + bias, 0.3 + bias] and probes.scored == 8
 
@@ -152,7 +161,7 @@ def test_a_scoring_failure_follows_the_policy_error_mode(tmp_path, on_error, sto
     probes = DecodeRules(analyzers).start([program])
     probes.error = "hook generated.2 failed"
     probes.begin(0, 1)
-    stop = probes.evaluate()
+    stop = _judge(probes, {})
     assert (stop is not None) == stops
     (event,) = probes.record["events"]
     assert "hook generated.2 failed" in event["error"]
@@ -305,7 +314,7 @@ def test_an_attention_tracker_on_generated_tokens_is_a_decode_signal(tmp_path):
     program = policy.to_program()
     (rule,) = program.rules
     assert program.signals == ()  # the prompt phase never waits for it
-    assert {k: rule.params[k] for k in ("output", "decode", "hold_back")} == {"output": True, "decode": True, "hold_back": 13}
+    assert {k: rule.params[k] for k in ("output", "decode", "hold_back")} == {"output": True, "decode": True, "hold_back": 14}
     assert policy.signals[0].params() == {"heads": [[1, 2], [3, 0]], "span": "generated", "toward": "trusted", "window": 12}
     # A prompt tracker's parameters are what they were: the shipped plans keep their hash.
     prompt = (tmp_path / "prompt.yaml")
@@ -493,18 +502,19 @@ def test_a_score_that_is_not_finite_follows_the_error_mode(tmp_path):
     probes = DecodeRules(analyzers).start([program])
     state = SimpleNamespace(decode=probes, error=None, steady=(), key="k", req_id="r", group=SimpleNamespace(digest=1))
     lifecycle = SimpleNamespace(decode_results=ResultStore())
-    probes.begin(0, 1)
-    probes.put("drift.drift", [float("nan")])
-    decide_generated(lifecycle, state)
+    decide_generated(lifecycle, state, 0, 1, {"drift.drift": [float("nan")]})
     assert probes.stopped and probes.record["stop"] is not None and state.steady is None
     assert "scored nan" in probes.record["events"][0]["error"]
     assert lifecycle.decode_results.get("k", 1) == {"r": probes.record}
 
 
-def test_a_steady_decoder_that_stops_has_its_row_forced_to_end_and_goes_to_the_scheduler(tmp_path):
-    """The logits hook reads a steady decoder's score from the probe buffers
-    (lifecycle._decoding: no Rows), runs its rules, and on a stop forces its
-    own logits row to end-of-sequence; the other decoder's row is untouched."""
+def test_a_steady_decoder_that_stops_is_judged_a_step_later_and_its_next_row_forced_to_end(tmp_path):
+    """The logits hook sends a steady decoder's score from the probe buffers
+    to the host (lifecycle._decoding: no Rows) and judges it at the next
+    step's hook, without waiting in the step that computed it
+    (decode_probes.StepScores). On a stop that next step's logits row of the
+    decoder is forced to end-of-sequence, and the request goes to the
+    scheduler; the other decoder's rows and the first step's are untouched."""
     from collections import Counter
 
     from innerguard.hooks.decide_step import decide_hook
@@ -518,24 +528,34 @@ def test_a_steady_decoder_that_stops_has_its_row_forced_to_end_and_goes_to_the_s
     for i in range(2):
         probes = DecodeRules(analyzers).start([program])
         _score(probes, [0.1] * 3)  # a whole window, less one token
-        probes.begin(3, 1)
         decoders.append((SimpleNamespace(decode=probes, error=None, steady=(), blocked=False, key=f"k{i}", req_id=f"r{i}",
                                          group=SimpleNamespace(digest=i)), i, i))  # (state, batch index, token row)
-    buffers.scores[0, 0], buffers.scores[1, 0] = 9.0, 0.1  # far above the stop threshold, and below it
     modules = SimpleNamespace(eos_token_id=2, shard=SimpleNamespace(whole=True))
     runtime = SimpleNamespace(hook_calls=Counter(), decided_this_step=False, focus_step=None, rows=[], decoders=decoders,
-                              probe_slots={"drift.drift": 0}, modules=modules, contained=lambda label, fn: fn)
+                              probe_slots={"drift.drift": 0}, modules=modules, contained=lambda label, fn: fn,
+                              scores_in_flight=None)
     lifecycle = SimpleNamespace(prefix=SimpleNamespace(keep_token_scores=lambda runtime: None), num_rows=2,
                                 blocked_now=set(), decode_results=ResultStore())
-    logits = torch.zeros(2, 5)
+    hook = decide_hook(runtime, lifecycle)
+    steps = [torch.zeros(2, 5), torch.zeros(2, 5)]
     old, probe_buffers.BUFFERS = probe_buffers.BUFFERS, buffers
     try:
-        decide_hook(runtime, lifecycle)(None, (), logits)
+        for token, logits in enumerate(steps, 3):
+            for state, _, _ in decoders:
+                state.decode.begin(token, 1)
+            buffers.scores[0, 0], buffers.scores[1, 0] = 9.0, 0.1  # far above the stop threshold, and below it
+            runtime.decided_this_step = False
+            hook(None, (), logits)
+            if token == 3:
+                assert runtime.scores_in_flight is not None and not decoders[0][0].decode.stopped
+                assert lifecycle.blocked_now == set()
     finally:
         probe_buffers.BUFFERS = old
     (stopped, _, _), (going, _, _) = decoders
     assert stopped.decode.stopped and stopped.decode.record["stop"]["token"] == 0 and stopped.steady is None
-    assert not going.decode.stopped and going.steady == ()
+    assert stopped.decode.record["events"][0]["scored_tokens"] == 4
+    assert not going.decode.stopped and going.steady == () and going.decode.scored == 4
     assert lifecycle.blocked_now == {"r0"}
-    assert logits[0].argmax() == 2 and logits[0, 2] == 0 and logits[0, 0] < -1e30
-    assert torch.equal(logits[1], torch.zeros(5))
+    assert torch.equal(steps[0], torch.zeros(2, 5))
+    assert steps[1][0].argmax() == 2 and steps[1][0, 2] == 0 and steps[1][0, 0] < -1e30
+    assert torch.equal(steps[1][1], torch.zeros(5))

@@ -191,9 +191,12 @@ def test_a_recital_of_the_system_prompt_is_stopped_where_it_starts(watched):
     """examples/system-prompt-leak: no canary, one signal compares the answer
     with the request's own system message, the other reads how much the
     model attends to it while writing. SmolLM2 recites it when asked
-    (checked first, unguarded); guarded, the attention rule stops it first,
-    and no 3 consecutive words of it are returned. (The text rule alone
-    cuts where the recital starts: test_output_watch.py.)"""
+    (checked first, unguarded); guarded, it is stopped where it starts, and
+    no 3 consecutive words of it are returned. Which rule gets there first
+    depends on a token: the attention rule is judged a step after its
+    window's last token is scored, the text rule on each step's text. So
+    the attention rule is also run alone, and stops it where it starts.
+    (The text rule alone cuts where the recital starts: test_output_watch.py.)"""
     from innerguard.engine.textmatch import RepeatMatcher
 
     llm, folder, _, _, params = watched
@@ -207,18 +210,27 @@ def test_a_recital_of_the_system_prompt_is_stopped_where_it_starts(watched):
     copy_decode_artifacts(SHIPPED, folder)
     for artifact in (example.parent / "artifacts").iterdir():
         shutil.copy(artifact, folder / "artifacts" / artifact.name)
+    shipped = example.read_text()
+    text_rule = shipped[shipped.index("  - id: stop-system-prompt-leak"):shipped.index("  - id: stop-reading-system-prompt")]
+    text_signal = shipped[shipped.index("  recites_system_prompt:"):shipped.index("  reads_system_prompt:")]
+    outs = []
     try:
-        llm.reload(folder)
-        (out,) = llm.chat(RECITE, params)
+        for text in (shipped, shipped.replace(text_rule, "").replace(text_signal, "")):
+            (folder / example.name).write_text(text)
+            llm.reload(folder)
+            outs += llm.chat(RECITE, params)
     finally:
         (folder / example.name).unlink()
         llm.reload(folder)
-    assert out.finish_reason == "content_filter" and out.action == "stop"
-    assert tuple(free.token_ids[:len(out.token_ids)]) == out.token_ids
-    assert RepeatMatcher(SECRET, 3).search(out.text) is None and len(out.text) < len(free.text)
-    (event,) = out.output_decisions
-    assert (event["policy"], event["rule"], event["token_index"]) == (
-        "system-prompt-leak", "stop-reading-system-prompt", len(out.token_ids))
+    for out in outs:
+        assert out.finish_reason == "content_filter" and out.action == "stop"
+        assert tuple(free.token_ids[:len(out.token_ids)]) == out.token_ids
+        assert RepeatMatcher(SECRET, 3).search(out.text) is None and len(out.text) < len(free.text)
+        (event,) = out.output_decisions
+        assert (event["policy"], event["token_index"]) == ("system-prompt-leak", len(out.token_ids))
+    assert outs[0].output_decisions[0]["rule"] in ("stop-system-prompt-leak", "stop-reading-system-prompt")
+    (event,) = outs[1].output_decisions
+    assert event["rule"] == "stop-reading-system-prompt"
     assert event["signals"]["system-prompt-leak.reads_system_prompt"] > 0.9991
 
 
@@ -292,16 +304,29 @@ def test_a_decode_stop_returns_nothing_from_the_window_that_fired(decoded, watch
     assert (event["rule_action"], event["applied"], event["token_index"]) == ("stop", False, cut)
 
 
-def test_a_decode_steer_starts_at_the_token_after_the_step_that_decided(decoded, reference, smollm2_dir):
-    """A ``steer`` decided mid-generation: the tokens up to the one sampled
-    in the deciding step are the unsteered ones; from that token's row on,
-    the stream is steered as in the Hugging Face reference steered from the
-    same position; the event names the window, and the steer stays on."""
+def test_a_decode_steer_starts_two_tokens_after_the_window_it_judged(decoded, reference, smollm2_dir):
+    """A ``steer`` decided mid-generation, on the scores of tokens up to
+    k - 1, judged a step late (decode_probes.StepScores): tokens up to k + 1
+    are unsteered (k was sampled when k - 1 was scored, k + 1 while the
+    scores were on their way); from the row of k + 1 on, the stream is
+    steered as in the Hugging Face reference steered from the same
+    position; the event names the window, and the steer stays on."""
     from innerguard.engine.reference.steer import reference_steered_generate
 
     llm, folder, free, want, params = decoded
     k, threshold = firing(want, DECODE_WINDOW)
-    vector = make_vector(folder / "artifacts" / "decode-steer.safetensors", smollm2_dir, layer=6, seed=5)
+    prompt = list(free.output.prompt_token_ids)
+    # A vector whose steer gives other tokens from one token earlier or
+    # later, so that a steer that started off by one would not give ``expected``.
+    for seed in range(5, 13):
+        vector = make_vector(folder / "artifacts" / "decode-steer.safetensors", smollm2_dir, layer=6, seed=seed)
+        early, expected, late = (
+            reference_steered_generate(reference[0], prompt, vector, layer=6, coefficient=32.0, positions="generated",
+                                       max_new_tokens=48, from_position=len(prompt) + k + shift)[: k + 18]
+            for shift in (0, 1, 2))
+        if early != expected != late:
+            break
+    assert early != expected != late, "no vector of these seeds tells a steer that started off by one"
     (folder / "decode.yaml").write_text(decode_steer_policy(threshold, "decode-steer.safetensors", layer=6, coefficient=32.0))
     llm.reload(folder)
     try:
@@ -309,16 +334,10 @@ def test_a_decode_steer_starts_at_the_token_after_the_step_that_decided(decoded,
     finally:
         (folder / "decode.yaml").write_text(decode_policy())
         llm.reload(folder)
-    prompt = list(free.output.prompt_token_ids)
-    expected = reference_steered_generate(reference[0], prompt, vector, layer=6, coefficient=32.0, positions="generated",
-                                          max_new_tokens=48, from_position=len(prompt) + k)
-    # This vector (seed, coefficient) changes the very first steered choice, so a steer
-    # that started one token late (or early) would not give ``expected``.
-    assert expected[k + 1] != free.token_ids[k + 1]
     assert out.finish_reason == "length" and out.action == "allow"
-    assert out.token_ids[: k + 1] == free.token_ids[: k + 1]  # sampled before the decision
+    assert out.token_ids[: k + 2] == free.token_ids[: k + 2]  # sampled before the decision
     assert out.token_ids != free.token_ids  # the steer changed what came after
-    assert list(out.token_ids)[: k + 17] == expected[: k + 17]  # 16 steered choices, as the steering parity tests
+    assert list(out.token_ids)[: k + 18] == expected  # 16 steered choices, as the steering parity tests
     (event,) = out.output_decisions
     assert (event["rule"], event["action"], event["applied"]) == ("steer-written", "steer", True)
     assert (event["token_index"], event["scored_tokens"]) == (k - DECODE_WINDOW, k)
@@ -363,9 +382,9 @@ def test_a_teacher_forced_completion_is_scored_as_if_the_model_wrote_it(decoded,
 
 
 def test_requests_that_decode_together_are_each_scored_as_the_reference_scores_them(decoded, reference):
-    """decode_probes.ProbeStep scores the one token of every request that
-    decodes in a step together (one product per layer, one copy to the
-    host) and a request that reads several tokens on its own: in one batch
+    """The probe buffers score the one token of every request that decodes
+    in a step together (one product per layer; decode_probes.StepScores:
+    one copy to the host) and a request that reads several tokens on its own: in one batch
     of free answers to prompts of different lengths, a request without the
     policy and a teacher-forced answer, every request's scores equal the
     reference's for that request alone."""
