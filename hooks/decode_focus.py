@@ -31,8 +31,11 @@ class _Padded:
     the batched product reads (a handful of kernels per layer and step)."""
 
     members: tuple  # each member's DecodeProbes, in order (held: an id could be reused)
-    heads: torch.Tensor  # the layer's query heads (device, long)
-    keys: torch.Tensor  # [members, heads, d, longest]: K transposed, in the cache's dtype (SpanKeys.keys)
+    # [groups * per_group]: the query head of each place, KV group by KV
+    # group (device, long); a group with fewer chosen heads repeats one
+    heads: torch.Tensor
+    real: torch.Tensor  # [groups, per_group]: 1.0 at a chosen head's place, 0.0 at a repeat
+    keys: torch.Tensor  # [members, groups, d, longest]: K transposed, in the cache's dtype (SpanKeys.keys)
     padding: torch.Tensor  # [members, 1, 1, longest]: 0 at a span token, -inf past a member's own
     toward: torch.Tensor  # [members, 1, longest, 1]: 1.0 at a token of the span the share goes toward
 
@@ -137,8 +140,15 @@ def _padded(cache: dict, signal: str, layer: int, members) -> _Padded:
     # token of neither span, share 0 (as generated_shares).
     padding = torch.where(positions < torch.from_numpy(np.maximum(lengths, 1))[:, None], 0.0, float("-inf"))
     toward = (positions < torch.tensor([s.toward for s in spans])[:, None]).float()
-    m, heads, d = len(spans), first.shape[0], first.shape[2]
-    padded = _Padded(decodes, spans[0].heads, keys.view(m, longest, heads, d).permute(0, 2, 3, 1).contiguous(),
+    m, groups, d = len(spans), first.shape[0], first.shape[2]
+    # Each KV group's chosen heads read its one copy of the keys in one product.
+    places = [[i for i, kv in enumerate(spans[0].kv) if kv == group] for group in range(groups)]
+    per_group = max(len(p) for p in places)
+    heads = torch.tensor([p[min(j, len(p) - 1)] for p in places for j in range(per_group)])
+    real = torch.tensor([[float(j < len(p)) for j in range(per_group)] for p in places])
+    padded = _Padded(decodes, spans[0].heads.index_select(0, heads.to(first.device, non_blocking=True)),
+                     real.to(first.device, non_blocking=True),
+                     keys.view(m, longest, groups, d).permute(0, 2, 3, 1).contiguous(),
                      padding.view(m, 1, 1, longest).to(first.device, non_blocking=True),
                      toward.view(m, 1, longest, 1).to(first.device, non_blocking=True))
     cache[(signal, layer)] = padded
@@ -149,11 +159,13 @@ def _batched_shares(rows: torch.Tensor, padded: _Padded, geometry, scale: float)
     """Per member (one query row each), the sum over the layer's heads of
     each head's share toward the span: float32 ``[members]``."""
     h, d = geometry.num_heads, geometry.head_dim
-    q = rows.float().view(rows.shape[0], h, 1, d).index_select(1, padded.heads) * scale  # [m, heads, 1, d]
+    m, (groups, per_group) = rows.shape[0], padded.real.shape
+    q = rows.float().view(m, h, d).index_select(1, padded.heads).view(m, groups, per_group, d) * scale
     # The logits in float32 (as generated_head_shares); on a GPU the upcast
     # keys live for this layer's product only.
-    weights = torch.softmax(q @ padded.keys.float() + padded.padding, dim=-1)  # [m, heads, 1, longest]
-    return (weights @ padded.toward).sum(dim=(1, 2, 3))
+    weights = torch.softmax(q @ padded.keys.float() + padded.padding, dim=-1)  # [m, groups, per_group, longest]
+    shares = (weights @ padded.toward).squeeze(-1)  # [m, groups, per_group]
+    return (shares * padded.real).sum(dim=(1, 2))
 
 
 def generated_focus_hook(runtime, layer: int, geometry):

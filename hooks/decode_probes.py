@@ -55,6 +55,7 @@ import torch
 from innerguard.engine.decide import Evaluator, SignalError, condition_signals
 from innerguard.hooks import span_key_budget
 from innerguard.hooks.analyzers import attention_tracker
+from innerguard.hooks.analyzers.attention import kv_heads_of
 
 GROW = 256  # scores are kept in a buffer grown by this many tokens at a time
 
@@ -175,12 +176,13 @@ class DecodeProbes:
 
     def _span_key_bytes(self, state, geometry, item_size: int) -> int:
         """What this completion's span keys take, kept and padded (twice
-        ``SpanKeys.keys``; a step's padding to its longest span is not counted)."""
+        ``SpanKeys.keys``: one copy per KV head read; a step's padding to
+        its longest span is not counted)."""
         elements = 0
         for focus in self.focus.values():
             toward, other = focus.spans(state.args)
             tokens = sum(end - start for start, end in (*toward, *other))
-            elements += tokens * sum(len(heads) for heads in focus.heads.values())
+            elements += tokens * sum(len({kv_heads_of(h, geometry) for h in heads}) for heads in focus.heads.values())
         return 2 * elements * geometry.head_dim * item_size
 
     def begin(self, first: int, count: int) -> None:

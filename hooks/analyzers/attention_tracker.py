@@ -199,11 +199,15 @@ class SpanKeys:
     chosen heads: the tokens of the span the share goes toward first."""
 
     heads: torch.Tensor  # [h] query heads (long, on the keys' device)
-    # [h, S, d]: each chosen head's K (its KV head's) at the span tokens, in
-    # the cache's dtype. Kept for every decoding request, outside vLLM's KV
-    # budget: bf16 on a GPU is half the memory of float32, and upcasting
-    # where it is read loses nothing, since the cache holds bf16 anyway.
+    # [g, S, d]: the K of each KV head a chosen head reads, at the span
+    # tokens, in the cache's dtype. Kept for every decoding request, outside
+    # vLLM's KV budget: chosen heads of one KV group (grouped-query
+    # attention) share one copy, and bf16 on a GPU is half the memory of
+    # float32 (upcasting where it is read loses nothing, since the cache
+    # holds bf16 anyway). Reading these keys is most of a decode step's
+    # tracker cost, so a copy per query head was read up to group-size times.
     keys: torch.Tensor
+    kv: tuple[int, ...]  # each chosen head's row of ``keys``
     toward: int  # the first ``toward`` of the S tokens are the span the share goes to
 
 
@@ -224,10 +228,13 @@ def span_keys(
     if len(set(positions)) != len(positions):
         raise ValueError("the trusted and the untrusted spans overlap")
     head_index = torch.tensor(list(heads), dtype=torch.long)
+    read = [int(kv_heads_of(head, geometry)) for head in heads]
+    distinct = sorted(set(read))
     index = torch.tensor(positions, dtype=torch.long).to(k.device, non_blocking=True)
     picked = k.index_select(0, index).view(len(positions), h_kv, d)
-    keys = picked.index_select(1, kv_heads_of(head_index, geometry).to(k.device)).transpose(0, 1).contiguous()
-    return SpanKeys(head_index.to(k.device), keys, sum(end - start for start, end in toward))
+    keys = picked.index_select(1, torch.tensor(distinct).to(k.device)).transpose(0, 1).contiguous()
+    return SpanKeys(head_index.to(k.device), keys, tuple(distinct.index(kv) for kv in read),
+                    sum(end - start for start, end in toward))
 
 
 def generated_head_shares(q: torch.Tensor, span: SpanKeys, geometry: Geometry, scale: float) -> torch.Tensor:
@@ -242,7 +249,8 @@ def generated_head_shares(q: torch.Tensor, span: SpanKeys, geometry: Geometry, s
         return q.new_zeros(rows, span.heads.numel(), dtype=torch.float32)
     q_heads = q.float().view(rows, h, d).index_select(1, span.heads)  # [n, h, d]
     # In float32: bf16 logits lose the small weights that attention ratios sum.
-    logits = torch.einsum("nhd,hsd->nhs", q_heads, span.keys.float()) * scale
+    keys = span.keys.float().index_select(0, torch.tensor(span.kv).to(span.keys.device))  # [h, S, d]
+    logits = torch.einsum("nhd,hsd->nhs", q_heads, keys) * scale
     return torch.exp(torch.logsumexp(logits[..., : span.toward], dim=-1) - torch.logsumexp(logits, dim=-1))
 
 

@@ -391,29 +391,32 @@ def test_a_teacher_forced_answer_is_read_by_the_text_rules_as_if_written(tmp_pat
     assert clean.outputs() == [after] and clean.events() == []
 
 
-def test_the_step_reads_its_decoding_requests_together_as_each_alone():
+@pytest.mark.parametrize("heads, groups", [([1, 4], 2), ([0, 1, 2], 1), ([2, 0, 4], 2)])
+def test_the_step_reads_its_decoding_requests_together_as_each_alone(heads, groups):
     """decode_focus.py pads the span keys of the step's one-token readers
     into one product per layer: each request's share equals
     generated_shares on its own keys, whatever their lengths (a prompt with
     no token toward the span included), and the padded keys are kept only
-    while the same requests decode."""
+    while the same requests decode. Chosen heads of one KV group (GQA: 3
+    query heads a group here) share one copy of the keys, in any order."""
     from innerguard.hooks.analyzers.attention import HeadGeometry
     from innerguard.hooks.analyzers.attention_tracker import generated_shares, span_keys
     from innerguard.hooks.decode_focus import _batched_shares, _padded
 
     geometry = HeadGeometry(num_heads=6, num_kv_heads=2, head_dim=8)
     g = torch.Generator().manual_seed(5)
-    heads = [1, 4]
     spans = [([(1, 9)], [(10, 30)]), ([(0, 3)], [(4, 6)]), ([], [(2, 12)]), ([(5, 40)], []), ([], [])]
     keys = [span_keys(torch.randn(41, 2 * 8, generator=g), heads, toward, other, geometry) for toward, other in spans]
+    assert keys[0].keys.shape[0] == groups
     members = [SimpleNamespace(state=SimpleNamespace(decode=SimpleNamespace(span_keys={"s": {7: k}}))) for k in keys]
     q = torch.randn(len(members), 6 * 8, generator=g)
     cache: dict = {}
     padded = _padded(cache, "s", 7, members)
     got = _batched_shares(q, padded, geometry, 0.25)
     want = torch.cat([generated_shares(q[i:i + 1], k, geometry, 0.25) for i, k in enumerate(keys)])
-    assert torch.allclose(got, want, atol=1e-6) and got[2] == 0 and torch.allclose(got[3], torch.tensor(2.0))
-    assert got[4] == 0 and 0 < got[0] < 2 and 0 < got[1] < 2
+    n = len(heads)
+    assert torch.allclose(got, want, atol=1e-6) and got[2] == 0 and torch.allclose(got[3], torch.tensor(float(n)))
+    assert got[4] == 0 and 0 < got[0] < n and 0 < got[1] < n
     assert _padded(cache, "s", 7, members) is padded  # the same requests: kept
     assert _padded(cache, "s", 7, members[:3]) is not padded  # one left: rebuilt
 
