@@ -242,12 +242,18 @@ class GuardedLLM:
         bar.update(total - len(by_id) - len(after))  # those that never run: errors
         outputs: dict[int, Any] = {}
         while engine.has_unfinished_requests():
-            for out in engine.step():
+            step = engine.step()
+            # The worker's decode rules may cut what these outputs hold: their
+            # records, taken in one call for the step (one call per
+            # completion held the engine between steps hundreds of times).
+            ending = [out for out in step if out.request_id in watched and watched[out.request_id].ending(out)]
+            records = self.llm.collective_rpc(
+                RPC_TAKE_DECODE, args=([by_id[out.request_id].key for out in ending],))[0] if ending else {}
+            for out in step:
                 watch = watched.get(out.request_id)
                 if watch is not None:
-                    if watch.ending(out):  # the worker's decode rules may cut what this output holds
-                        key = by_id[out.request_id].key
-                        watch.take_decode(out, self.llm.collective_rpc(RPC_TAKE_DECODE, args=([key],))[0].get(key, {}))
+                    if watch.ending(out):
+                        watch.take_decode(out, records.get(by_id[out.request_id].key, {}))
                     every_one_ended = watch.update(out)
                     if not (out.finished or every_one_ended):
                         continue

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from innerguard.engine import analyzers as analyzer_units
@@ -54,7 +55,7 @@ def decide_hook(runtime, lifecycle):
         runtime.scores_in_flight = StepScores.launch(runtime, probe_buffers.BUFFERS)
         # Blocked or stopped now, or earlier with a step still in flight.
         ended = [(r.state, r.span.batch_index) for r in runtime.rows]
-        ended += [(state, batch_index) for state, batch_index, _ in runtime.decoders if state.decode.stopped]
+        ended += [(state, batch_index) for state, batch_index, _, _ in runtime.decoders if state.decode.stopped]
         for state, batch_index in ended:
             if state.blocked or (state.decode is not None and state.decode.stopped):
                 lifecycle.blocked_now.add(state.req_id)
@@ -68,34 +69,72 @@ def decide_hook(runtime, lifecycle):
 def land_scores(lifecycle, runtime) -> None:
     """The decode rules on the generated-token scores of ``runtime``'s last
     step (decode_probes.StepScores), if still on their way: at the next
-    step's logits hook, or before the engine takes the records."""
+    step's logits hook, or before the engine takes the records. Then the
+    completions that ended before give their pool rows back."""
     step, runtime.scores_in_flight = runtime.scores_in_flight, None
-    if step is None:
+    if step is not None:
+        for scored, values in step.land():
+            decide_generated(lifecycle, scored.state, scored.first, scored.end, values)
+        if step.steady is not None:
+            decide_steady(lifecycle, step.steady, step.values, step.error)
+    for decode in runtime.ended_decodes:
+        decode.release()
+    runtime.ended_decodes.clear()
+
+
+def decide_steady(lifecycle, steady, values, error: str | None) -> None:
+    """The step's steady decoders (decode_probes.Steady), one token each,
+    pooled together; the rules run only for those whose pooled value
+    changed, and anything out of the ordinary (a token recomputed or
+    skipped, a score not finite, a failed read) goes through
+    ``decide_generated`` one request at a time."""
+    states, positions = steady.states, steady.positions
+    if error is not None or values is None:
+        for state, position in zip(states, positions.tolist()):
+            state.decode.error = state.decode.error or error or "generated-token scores never reached the host"
+            decide_generated(lifecycle, state, position, position + 1, {})
         return
-    for scored, values in step.land():
-        decide_generated(lifecycle, scored.state, scored.first, scored.end, values)
+    table = steady.table
+    scores = values[steady.offset:steady.offset + steady.rows.size].astype(np.float64)
+    usual = positions == table.scored[steady.slots]  # the next token: none skipped, none recomputed
+    usual &= np.bincount(steady.owners, weights=~np.isfinite(scores), minlength=len(states)) == 0
+    changed = np.zeros(len(states), dtype=bool)
+    pooled = usual[steady.owners]
+    if pooled.any():
+        better = table.add_one(steady.rows[pooled], scores[pooled])
+        changed[steady.owners[pooled][better]] = True
+        table.scored[steady.slots[usual]] = positions[usual] + 1
+    for k in np.flatnonzero(changed | ~usual).tolist():
+        state, position = states[k], int(positions[k])
+        if usual[k]:
+            decide_generated(lifecycle, state, position, position + 1)
+        else:
+            mine = np.flatnonzero(steady.owners == k).tolist()
+            decide_generated(lifecycle, state, position, position + 1, {steady.signals[j]: [float(scores[j])] for j in mine})
+    for state in steady.unstored:
+        _store(lifecycle, state)
 
 
-def decide_generated(lifecycle, state, first: int, end: int, values: dict[str, list[float]]) -> None:
+def decide_generated(lifecycle, state, first: int, end: int, values: dict[str, list[float]] | None = None) -> None:
     """The decode rules on ``state``'s generated tokens ``[first, end)``,
-    scored a step ago (``values``, decode_probes.py); what they found goes
-    where the engine takes it."""
+    scored a step ago (``values``, decode_probes.py; None: pooled already,
+    by ``decide_steady``); what they found goes where the engine takes it."""
     decode = state.decode
-    if decode.stopped:
+    if decode.stopped or decode.released:
         return
     if state.error is not None and decode.error is None:  # a hook failed for it: the rules' error modes decide
         decode.error = state.error
     try:
-        stop = decode.evaluate(first, end, values)
+        stop = decode.judge(first, end) if values is None else decode.evaluate(first, end, values)
     except Exception as exc:
         decode.error = f"{type(exc).__name__}: {exc}"
         try:
-            stop = decode.evaluate(first, end, values)
+            stop = decode.judge(first, end)
         except Exception:  # not even the error modes could be applied: never carry on unguarded
             decode.stopped = True
             stop = {"token": first, "policy": None, "rule": None, "message": BLOCKED_MESSAGE,
                     "error": decode.error}
-    if stop is not None or decode.error is not None:  # out of the steady path (lifecycle._decoding)
+    if stop is not None or decode.error is not None:  # out of the steady path (lifecycle.begin_step)
         state.steady = None
     if stop is not None:
         decode.record["stop"] = stop
@@ -107,11 +146,20 @@ def decide_generated(lifecycle, state, first: int, end: int, values: dict[str, l
         for steer_id in decode.new_steers:
             state.add_steers(state.runtime.steers_by_id.get(steer_id, ()), from_position=start)
         decode.new_steers.clear()
-    # The record is live (its lists grow as tokens are scored): put once, and
-    # again after the engine took it while the completion goes on (n > 1).
+    _store(lifecycle, state)
+
+
+def _store(lifecycle, state) -> None:
+    """Put ``state``'s decode record where the engine takes it: once, and
+    again after the engine took it while the completion goes on (n > 1:
+    siblings end at different steps). The record is live: its lists grow
+    as tokens are scored."""
+    decode = state.decode
+    if decode.stored or decode.released:
+        return
     records = lifecycle.decode_results.get(state.key, state.group.digest)
-    if records is None or state.req_id not in records:
-        lifecycle.decode_results.put(state.key, {**(records or {}), state.req_id: decode.record}, state.group.digest)
+    lifecycle.decode_results.put(state.key, {**(records or {}), state.req_id: decode.record}, state.group.digest)
+    decode.stored = True
 
 
 def fail_closed(lifecycle, state, exc: Exception) -> None:

@@ -41,19 +41,24 @@ two) has kept those tokens from being sent.
 Rules here are evaluated after every scored token that changes a pooled
 value (the rules are a pure function of the values; on the others they
 would find what they found before): the policy's ``output.every`` spaces
-the engine's reads of the generated text only.
+the engine's reads of the generated text only. The pooling lives in one
+table per plan (decode_pool.py), so that a step's steady decoders (one
+token each, read by the probe buffers alone) are pooled with a few array
+operations and no Python of their own unless a value changed
+(decide_step.decide_steady).
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from innerguard.engine.decide import Evaluator, SignalError, condition_signals
 from innerguard.hooks import span_key_budget
+from innerguard.hooks.decode_pool import PoolTable
 from innerguard.hooks.analyzers import attention_tracker
 from innerguard.hooks.analyzers.attention import kv_heads_of
 
@@ -62,37 +67,30 @@ GROW = 256  # scores are kept in a buffer grown by this many tokens at a time
 
 @dataclass(eq=False)
 class _Pooled:
-    """One generated signal's running window maximum, fed score by score."""
+    """One generated signal's running window maximum: its row of the plan's
+    pool table (decode_pool.py), fed score by score."""
 
+    table: PoolTable
+    row: int
     window: int
     bias: float
-    scores: list[float] = field(default_factory=list)  # host copies, bias included, one per scored token
-    best: float = -math.inf  # the largest full-window mean so far
-    best_start: int = 0
 
-    def add(self, values: list[float]) -> bool:
-        """Pool ``values``; whether the best window changed. A score that is
-        not finite raises: the rules' error modes decide, never a window
-        that silently stops growing."""
-        w, changed = self.window, False
-        for value in values:
-            if not math.isfinite(value):
-                raise ValueError(f"generated token {len(self.scores)} scored {value}")
-            self.scores.append(value + self.bias)
-            n = len(self.scores)
-            if n >= w:
-                mean = math.fsum(self.scores[n - w:]) / w
-                if mean > self.best:
-                    self.best, self.best_start, changed = mean, n - w, True
-        return changed
+    def add(self, values) -> bool:
+        """Pool ``values``; whether the best window changed (PoolTable.add)."""
+        return self.table.add(self.row, values)
 
     @property
     def ready(self) -> bool:
-        return len(self.scores) >= self.window
+        return self.table.ready(self.row)
 
     def value(self) -> tuple[float, int]:
         """The signal and the first token of the window that gives it (once ``ready``)."""
-        return self.best, self.best_start
+        return self.table.value(self.row)
+
+    @property
+    def scores(self) -> list[float]:
+        """Every scored token's score, bias included."""
+        return self.table.scores_of(self.row)
 
 
 @dataclass(frozen=True)
@@ -121,26 +119,52 @@ class DecodeProbes:
     reads: dict[tuple[str, str], list[str]]  # (policy, rule) -> the qualified signals its condition reads
     signals: dict[str, _Pooled]  # qualified signal -> its pooling
     layers: frozenset[int]  # the token probes'
+    table: PoolTable  # where the pooling lives (``slot``: this completion's count of pooled tokens)
+    slot: int
     focus: dict[str, Focus] = field(default_factory=dict)  # the attention trackers'
     span_keys: dict[str, dict[int, attention_tracker.SpanKeys]] | None = None  # signal -> layer -> keys
     # signal -> per-token sums over layers (device): attention trackers read
     # on their own (several tokens a step)
     sums: dict[str, torch.Tensor] = field(default_factory=dict)
-    scored: int = 0  # generated tokens pooled so far
     pending: tuple[int, int] | None = None  # generated tokens this step scores, until StepScores takes them
+    # While it decodes one token a step read by the probe buffers alone
+    # (lifecycle._steady): (signal, probe buffer column, pool row) per signal.
+    probe_reads: tuple[tuple[str, int, int], ...] | None = None
     stopped: bool = False
     error: str | None = None
+    released: bool = False  # its table rows were given back (``release``): nothing more is pooled
+    stored: bool = False  # its record is where the engine takes it (decide_step.decide_generated)
     events: list[dict[str, Any]] = field(default_factory=list)
     reported: set[tuple[str, str | None]] = field(default_factory=set)
     steering: set[str] = field(default_factory=set)  # steer ids decided so far: once on, on to the end
     new_steers: list[str] = field(default_factory=list)  # decided in the last evaluation, for the worker to start
-    # What the engine takes (RPC_TAKE_DECODE): the events so far, the stop,
-    # every scored token's score and each signal's value so far (once a
-    # whole window is scored). Live: the lists grow in place.
-    record: dict[str, Any] = field(default_factory=dict)
+    _record: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.record.update(events=self.events, stop=None, scores={s: p.scores for s, p in self.signals.items()}, values={})
+        self._record.update(events=self.events, stop=None, scores={}, values={})
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """What the engine takes (RPC_TAKE_DECODE): the events so far, the
+        stop, every scored token's score and each signal's value so far
+        (once a whole window is scored). The same dict each time, its
+        scores copied from the pool table when read."""
+        if not self.released:
+            self._record["scores"] = {s: p.scores for s, p in self.signals.items()}
+        return self._record
+
+    @property
+    def scored(self) -> int:
+        """Generated tokens pooled so far."""
+        return int(self.table.scored[self.slot])
+
+    def release(self) -> None:
+        """The completion is over and its last scores landed: its record
+        keeps what was pooled, the table takes its rows back."""
+        if not self.released:
+            self.record  # noqa: B018 (the scores, copied out)
+            self.table.release([p.row for p in self.signals.values()], self.slot)
+            self.released = True
 
     @property
     def focus_layers(self) -> frozenset[int]:
@@ -213,7 +237,7 @@ class DecodeProbes:
         signal -> one host score per token; a signal missing was not
         computed) and run the decode rules. Returns the stop (a record) once
         an applied ``stop`` fires."""
-        if self.stopped or end <= self.scored:
+        if self.stopped or self.released or end <= self.scored:
             return None  # recomputed tokens: already pooled
         if begun > self.scored and self.error is None:  # e.g. served from the prefix cache: never guess a score
             self.error = f"generated tokens {self.scored}..{begun} were never computed by this request"
@@ -225,7 +249,7 @@ class DecodeProbes:
                     changed |= pooled.add(values[signal][first - begun:])
                 else:
                     missing = True
-        self.scored = end
+        self.table.scored[self.slot] = end
         # A pooled value only changes when a new window beats the best so
         # far; the rules are a pure function of the values, and what they
         # found on these values is already recorded (events once, a steer
@@ -234,16 +258,22 @@ class DecodeProbes:
         # record per request and step was host time on a GPU.
         if self.error is None and not missing and not changed:
             return None
+        return self.judge(first, end, values)
+
+    def judge(self, first: int, end: int, values=None) -> dict[str, Any] | None:
+        """The decode rules on the values pooled up to token ``end``
+        (``first``: the first token this evaluation pooled; ``values``: the
+        signals computed, all when None)."""
         pooled_values: dict[str, Any] = {}
         starts: dict[str, int] = {}
         for signal, pooled in self.signals.items():
             if self.error is not None:
                 pooled_values[signal] = SignalError(self.error)
-            elif signal not in values:
+            elif values is not None and signal not in values:
                 pooled_values[signal] = SignalError(f"no scores were computed for {signal}")
             else:
                 pooled_values[signal], starts[signal] = pooled.value()
-        self.record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
+        self._record["values"] = {s: p.value()[0] for s, p in self.signals.items() if p.ready}
         if self.error is None and not all(p.ready for p in self.signals.values()):
             return None
         verdict = self.evaluator.evaluate(pooled_values)
@@ -281,9 +311,11 @@ class DecodeProbes:
 class DecodeRules:
     """A plan's decode rules, compiled per set of policies."""
 
-    def __init__(self, analyzers: dict[str, Any]):
+    def __init__(self, analyzers: dict[str, Any], table: PoolTable | None = None):
         self._analyzers = analyzers
-        self._compiled: dict[tuple[str, ...], tuple[Evaluator, dict, dict[str, _Pooled], frozenset[int]] | None] = {}
+        self.table = table if table is not None else PoolTable()
+        # policy names -> (evaluator, reads, signal -> (window, bias), layers, focus), None: no decode rule
+        self._compiled: dict[tuple[str, ...], tuple | None] = {}
 
     def start(self, policies) -> DecodeProbes | None:
         """A completion's probes under ``policies``, or None when none of
@@ -295,8 +327,9 @@ class DecodeRules:
         if compiled is None:
             return None
         evaluator, reads, pooled, layers, focus = compiled
-        signals = {s: _Pooled(p.window, p.bias) for s, p in pooled.items()}
-        return DecodeProbes(evaluator, reads, signals, layers, focus)
+        table = self.table
+        signals = {s: _Pooled(table, table.row(window, bias), window, bias) for s, (window, bias) in pooled.items()}
+        return DecodeProbes(evaluator, reads, signals, layers, table, table.slot(), focus)
 
     def _compile(self, policies):
         watched = [p for p in policies if any(r.params.get("decode") for r in p.rules)]
@@ -314,10 +347,10 @@ class DecodeRules:
                     if spec is None or not spec.on_generated_tokens:
                         continue
                     if spec.kind == "token_probe":
-                        pooled[name] = _Pooled(int(spec.params["window"]), float(spec.params.get("bias") or 0.0))
+                        pooled[name] = (int(spec.params["window"]), float(spec.params.get("bias") or 0.0))
                         layers.update(int(layer) for layer in spec.params["layers"])
                     else:
-                        pooled[name] = _Pooled(int(spec.params["window"]), 0.0)
+                        pooled[name] = (int(spec.params["window"]), 0.0)
                         focus[name] = _focus(spec)
         # Selection already happened on the engine side (names, tags, tenant).
         evaluator = Evaluator([dataclasses.replace(p, selector={}) for p in watched], phase="decode")
@@ -343,6 +376,23 @@ class _Scored:
     at: dict[str, tuple[int, int]] = field(default_factory=dict)  # signal -> (offset, tokens)
 
 
+@dataclass(eq=False)
+class Steady:
+    """A step's steady decoders (one generated token each, read by the probe
+    buffers alone: ``DecodeProbes.probe_reads``), as arrays, so that their
+    scores are pooled together (decide_step.decide_steady)."""
+
+    table: PoolTable
+    states: list[Any] = field(default_factory=list)
+    positions: Any = None  # np.ndarray: each decoder's generated token scored
+    slots: Any = None  # np.ndarray: each decoder's pool table slot
+    rows: Any = None  # np.ndarray, per (decoder, signal): its pool row
+    owners: Any = None  # np.ndarray, per (decoder, signal): the decoder's index in ``states``
+    signals: list[str] = field(default_factory=list)  # per (decoder, signal)
+    offset: int = 0  # where their scores start in the step's values
+    unstored: list[Any] = field(default_factory=list)  # decoders whose record the engine took while they go on
+
+
 class StepScores:
     """One step's generated-token scores on their way to the host, judged a
     step late.
@@ -361,11 +411,15 @@ class StepScores:
 
     def __init__(self):
         self.scored: list[_Scored] = []
+        self.steady: Steady | None = None
+        self.values: np.ndarray | None = None  # on the host, once landed
+        self.error: str | None = None
+        self.states: list[Any] = []  # every request scored here
+        self._ids: set[int] = set()  # theirs, by id
         self._parts: list[torch.Tensor] = []
         self._size = 0
         self._host: torch.Tensor | None = None
         self._copied = None  # the device-to-host copy's CUDA event
-        self._error: str | None = None
 
     def _part(self, values: torch.Tensor) -> int:
         """Where ``values`` (1-D) will start in the step's values."""
@@ -376,18 +430,43 @@ class StepScores:
 
     @classmethod
     def launch(cls, runtime, buffers) -> "StepScores | None":
-        """The step's scores of ``runtime``'s requests (its ``Rows`` and
-        steady decoders), on their way to the host; None when none scored a
+        """The step's scores of ``runtime``'s requests (its steady decoders
+        and ``Rows``), on their way to the host; None when none scored a
         token. Takes each request's ``pending`` tokens."""
         step = cls()
-        probes: list[tuple[_Scored, str, int, int]] = []  # (request, signal, offset in the probe rows, tokens)
-        token_rows: list[int] = []
-        slots: list[int] = []
+        token_rows: list[int] = []  # the probe buffers' (row, column) of each score read from them
+        columns: list[int] = []
+        if runtime.decoders:  # the usual decoding request: one token, no Python of its own beyond this
+            steady = step.steady = Steady(runtime.decode_rules.table)
+            positions, slots, rows, owners = [], [], [], []
+            for state, _, row, position in runtime.decoders:
+                decode = state.decode
+                if decode.stopped:
+                    continue
+                if decode.error is not None or state.error is not None:  # failed in the last step's judging
+                    step.scored.append(_Scored(state, position, position + 1))  # the rules' error modes decide
+                    continue
+                owner = len(steady.states)
+                steady.states.append(state)
+                positions.append(position)
+                slots.append(decode.slot)
+                if not decode.stored:
+                    steady.unstored.append(state)
+                for signal, column, pool_row in decode.probe_reads:
+                    token_rows.append(row)
+                    columns.append(column)
+                    rows.append(pool_row)
+                    owners.append(owner)
+                    steady.signals.append(signal)
+            steady.positions, steady.slots = np.array(positions, dtype=np.int64), np.array(slots, dtype=np.int64)
+            steady.rows, steady.owners = np.array(rows, dtype=np.int64), np.array(owners, dtype=np.int64)
+            if not steady.states:
+                step.steady = None
+        probes: list[tuple[_Scored, str, int, int]] = []  # (request, signal, offset in the probe reads, tokens)
         focus = runtime.focus_step
         batched: dict[str, tuple[int, dict[int, int]]] = {}  # signal -> (its values' offset, id(state) -> place)
-        readers = [(r.state, *r.generated_rows) for r in runtime.rows]
-        readers += [(state, row, row + 1) for state, _, row in runtime.decoders]
-        for state, a, b in readers:
+        for r in runtime.rows:
+            state, (a, b) = r.state, r.generated_rows
             decode = state.decode
             if b <= a or decode is None or decode.pending is None:
                 continue
@@ -403,7 +482,7 @@ class StepScores:
                     if signal in runtime.probe_slots:
                         probes.append((scored, signal, len(token_rows), b - a))
                         token_rows.extend(range(a, b))
-                        slots.extend([runtime.probe_slots[signal]] * (b - a))
+                        columns.extend([runtime.probe_slots[signal]] * (b - a))
                     continue
                 readers_of = focus.batched.get(signal) if focus is not None else None
                 if readers_of is not None and readers_of.values is not None:
@@ -416,16 +495,20 @@ class StepScores:
                         continue
                 if signal in decode.sums:  # read on its own
                     scored.at[signal] = (step._part(decode.sums[signal][first:end]), end - first)
-        if not step.scored:
+        if not step.scored and step.steady is None:
             return None
+        step.states = [*(step.steady.states if step.steady is not None else ()), *(s.state for s in step.scored)]
+        step._ids = {id(state) for state in step.states}
         try:
             if token_rows:
                 scores = buffers.scores
-                index = torch.tensor([token_rows, slots], dtype=torch.long)
+                index = torch.tensor([token_rows, columns], dtype=torch.long)
                 if scores.is_cuda:
                     index = index.pin_memory()
                 index = index.to(scores.device, non_blocking=True)
                 base = step._part(scores[index[0], index[1]])
+                if step.steady is not None:
+                    step.steady.offset = base  # first in the reads
                 for scored, signal, offset, count in probes:
                     scored.at[signal] = (base + offset, count)
             if step._parts:
@@ -439,25 +522,35 @@ class StepScores:
                 else:  # a lone part may be a view of sums that a recompute rewrites before it lands
                     step._host = values if len(parts) > 1 else values.clone()
         except Exception as exc:  # the rules' error modes decide
-            step._error = f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
+            step.error = f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
         step._parts = []
         return step
 
+    def holds(self, state) -> bool:
+        """Whether ``state`` was scored in this step."""
+        return id(state) in self._ids
+
+    def holds_any(self, keys) -> bool:
+        """Whether a request of one of ``keys`` was scored in this step."""
+        return any(state.key in keys for state in self.states)
+
     def land(self) -> list[tuple[_Scored, dict[str, list[float]]]]:
-        """Each request's tokens and their scores on the host (waiting for the
-        copy, which the device has usually finished by now)."""
-        values: list[float] = []
-        if self._host is not None and self._error is None:
+        """The step's scores on the host (``values``; waiting for the copy,
+        which the device has usually finished by now), and each ``Rows``
+        request's tokens with theirs."""
+        if self._host is not None and self.error is None:
             try:
                 if self._copied is not None:
                     self._copied.synchronize()
-                values = self._host.tolist()
+                self.values = self._host.numpy()
             except Exception as exc:
-                self._error = f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
+                self.error = f"reading generated-token scores failed: {type(exc).__name__}: {exc}"
         landed = []
         for scored in self.scored:
             decode = scored.state.decode
-            if self._error is not None:
-                decode.error = decode.error or self._error
-            landed.append((scored, {signal: values[o:o + n] for signal, (o, n) in scored.at.items()}))
+            if self.error is not None:
+                decode.error = decode.error or self.error
+            values = self.values if self.error is None else None
+            landed.append((scored, {signal: values[o:o + n].tolist() for signal, (o, n) in scored.at.items()}
+                           if values is not None else {}))
         return landed

@@ -136,6 +136,12 @@ class Lifecycle:
             return
         state.captures.clear()
         state.runtime.live -= 1
+        if state.decode is not None:  # its pool rows, once its last scores landed
+            in_flight = state.runtime.scores_in_flight
+            if in_flight is not None and in_flight.holds(state):
+                state.runtime.ended_decodes.append(state.decode)  # decide_step.land_scores gives them back
+            else:
+                state.decode.release()
         group = state.group
         group.members.discard(req_id)
         if not group.members:
@@ -147,11 +153,25 @@ class Lifecycle:
         if state.runtime in self.plans.retiring:
             self.plans.drop_idle()
 
-    def land_scores(self) -> None:
-        """Judge the generated-token scores still on their way to the host
-        (decode_probes.StepScores): the engine is about to take the records."""
+    def take_decode(self, keys) -> dict[str, dict[str, Any]]:
+        """The decode records of these requests' completions so far
+        (decode_probes.py), their last step's scores judged first: a
+        completion that ended in it was scored there last. A completion
+        still going on puts its record again (decide_step._store). Scores
+        of other requests stay on their way: waiting for them here would
+        wait for the step the device runs now."""
+        wanted = set(keys)
         for runtime in self.plans.runtimes():
-            land_scores(self, runtime)
+            if runtime.scores_in_flight is not None and runtime.scores_in_flight.holds_any(wanted):
+                land_scores(self, runtime)
+        taken = self.decode_results.take(keys)
+        for records in taken.values():
+            for req_id in records:
+                state = self.states.get(req_id)
+                if state is not None and state.decode is not None and not state.decode.released:
+                    state.decode.record  # noqa: B018 (its scores, copied from the pool table)
+                    state.decode.stored = False
+        return taken
 
     # -- one step ---------------------------------------------------------------
     def begin_step(self) -> None:
@@ -174,14 +194,26 @@ class Lifecycle:
             return
         self.num_rows = len(view)
         states, steady = self.states, {}
+        # Python ints: this loop runs for every request of every step, and
+        # at hundreds a step its per-request cost is what a GPU waits for.
+        rows = positions = None
         for i, req_id in enumerate(view.req_ids):
             state = states.get(req_id, _UNSEEN)
             if state is None:
                 continue
             if state is not _UNSEEN and state.steady is not None and not state.blocked:  # the usual decoding request
-                if state.decode is not None and not self._decoding(state, view, i):
-                    self._read_rows(view.span(i))  # not one token this step after all
-                    continue
+                if state.decode is not None:
+                    # A steady request with decode probes, its one generated
+                    # token this step: scored by the probe buffers, read after
+                    # the forward (no RowSpan, no Rows: at hundreds of
+                    # requests a step, those cost the GPU time).
+                    if rows is None:
+                        rows, positions = view.query_start_loc.tolist(), view.first_positions
+                    row = rows[i]
+                    if rows[i + 1] - row != 1:
+                        self._read_rows(view.span(i))  # not one token this step after all
+                        continue
+                    state.runtime.decoders.append((state, i, row, int(positions[i]) - state.generated_start))
                 for layer_slot in state.steady:
                     steady.setdefault(layer_slot, []).append(i)
                 continue
@@ -224,30 +256,23 @@ class Lifecycle:
         state.runtime.rows.append(rows)
 
     @staticmethod
-    def _decoding(state: RequestState, view, i: int) -> bool:
-        """A steady request with decode probes, its one generated token this
-        step: scored by the probe buffers, read after the forward (no RowSpan,
-        no Rows: at hundreds of requests a step, those cost the GPU time)."""
-        qsl = view.query_start_loc
-        row = int(qsl[i])
-        if int(qsl[i + 1]) - row != 1:
-            return False
-        state.decode.begin(int(view.first_positions[i]) - state.generated_start, 1)
-        state.runtime.decoders.append((state, i, row))
-        return True
-
-    @staticmethod
     def _steady(state: RequestState, span: RowSpan) -> tuple[tuple[int, int], ...] | None:
         """``state``'s steady steers once every one of them moves every row
         from this step on; None while any still depends on the position. A
         request with decode probes is steady while it decodes one token a
-        step that only token probes read (``_decoding``)."""
+        step that only token probes read (``begin_step``)."""
         if state.preempted or span.first_position < state.num_prompt_tokens:
             return None
         decode = state.decode
-        if decode is not None and (decode.focus or decode.stopped or decode.error is not None or state.error is not None
-                                   or span.end - span.start != 1):
-            return None
+        if decode is not None:
+            if (decode.focus or decode.stopped or decode.error is not None or state.error is not None
+                    or span.end - span.start != 1):
+                return None
+            if decode.probe_reads is None:
+                columns = state.runtime.probe_slots
+                if any(signal not in columns for signal in decode.signals):
+                    return None
+                decode.probe_reads = tuple((s, columns[s], p.row) for s, p in decode.signals.items())
         placed = []
         for active in state.steers:
             slot = state.runtime.steer_slots.get(active.spec)

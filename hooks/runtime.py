@@ -60,7 +60,10 @@ class GuardRuntime:
         self.hook_calls: Counter[str] = Counter()
         self.live = 0  # requests running under this plan
         self.rows: list = []  # this step's rows of the requests with captures or a verdict due
-        self.decoders: list = []  # (state, batch index, token row): steady requests whose one generated token a probe scores
+        # (state, batch index, token row, generated token): steady requests
+        # whose one generated token the probe buffers score
+        self.decoders: list = []
+        self.ended_decodes: list = []  # DecodeProbes of completions that ended, their rows given back after a landing
         self.steer_rows: dict[int, list] = {}
         self.decided_this_step = False
         self._step_indices: dict[tuple, torch.Tensor] = {}

@@ -180,11 +180,8 @@ class InnerguardWorkerExtension(RecordMixin):
     def innerguard_take_decode(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """The decode rules' records of these requests' completions so far
         (hooks/decode_probes.py), copied: the worker's own go on growing.
-        The last step's scores are judged first: a completion that ended in
-        it was scored there last."""
-        lifecycle = self._innerguard()
-        lifecycle.land_scores()
-        return copy.deepcopy(lifecycle.decode_results.take(keys))
+        The last step's scores are judged first (lifecycle.take_decode)."""
+        return copy.deepcopy(self._innerguard().take_decode(keys))
 
     def innerguard_stats(self) -> dict[str, Any]:
         """Counts of what the worker holds: live request states, results and

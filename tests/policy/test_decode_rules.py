@@ -513,7 +513,7 @@ def test_a_score_that_is_not_finite_follows_the_error_mode(tmp_path):
 
 def test_a_steady_decoder_that_stops_is_judged_a_step_later_and_its_next_row_forced_to_end(tmp_path):
     """The logits hook sends a steady decoder's score from the probe buffers
-    to the host (lifecycle._decoding: no Rows) and judges it at the next
+    to the host (lifecycle.begin_step: no Rows) and judges it at the next
     step's hook, without waiting in the step that computed it
     (decode_probes.StepScores). On a stop that next step's logits row of the
     decoder is forced to end-of-sequence, and the request goes to the
@@ -527,16 +527,18 @@ def test_a_steady_decoder_that_stops_is_judged_a_step_later_and_its_next_row_for
 
     _, analyzers, program = _plan(tmp_path)
     buffers = ProbeBuffers(num_layers=1, hidden_size=4, max_tokens=8, device="cpu")
-    decoders = []
+    rules = DecodeRules(analyzers)
+    states = []
     for i in range(2):
-        probes = DecodeRules(analyzers).start([program])
+        probes = rules.start([program])
         _score(probes, [0.1] * 3)  # a whole window, less one token
-        decoders.append((SimpleNamespace(decode=probes, error=None, steady=(), blocked=False, key=f"k{i}", req_id=f"r{i}",
-                                         group=SimpleNamespace(digest=i)), i, i))  # (state, batch index, token row)
+        probes.probe_reads = (("drift.drift", 0, probes.signals["drift.drift"].row),)  # as lifecycle._steady sets it
+        states.append(SimpleNamespace(decode=probes, error=None, steady=(), blocked=False, key=f"k{i}", req_id=f"r{i}",
+                                      group=SimpleNamespace(digest=i)))
     modules = SimpleNamespace(eos_token_id=2, shard=SimpleNamespace(whole=True))
-    runtime = SimpleNamespace(hook_calls=Counter(), decided_this_step=False, focus_step=None, rows=[], decoders=decoders,
+    runtime = SimpleNamespace(hook_calls=Counter(), decided_this_step=False, focus_step=None, rows=[], decoders=[],
                               probe_slots={"drift.drift": 0}, modules=modules, contained=lambda label, fn: fn,
-                              scores_in_flight=None)
+                              scores_in_flight=None, decode_rules=rules, ended_decodes=[])
     lifecycle = SimpleNamespace(prefix=SimpleNamespace(keep_token_scores=lambda runtime: None), num_rows=2,
                                 blocked_now=set(), decode_results=ResultStore())
     hook = decide_hook(runtime, lifecycle)
@@ -544,17 +546,17 @@ def test_a_steady_decoder_that_stops_is_judged_a_step_later_and_its_next_row_for
     old, probe_buffers.BUFFERS = probe_buffers.BUFFERS, buffers
     try:
         for token, logits in enumerate(steps, 3):
-            for state, _, _ in decoders:
-                state.decode.begin(token, 1)
+            # (state, batch index, token row, generated token), as lifecycle.begin_step lists them
+            runtime.decoders = [(state, i, i, token) for i, state in enumerate(states)]
             buffers.scores[0, 0], buffers.scores[1, 0] = 9.0, 0.1  # far above the stop threshold, and below it
             runtime.decided_this_step = False
             hook(None, (), logits)
             if token == 3:
-                assert runtime.scores_in_flight is not None and not decoders[0][0].decode.stopped
+                assert runtime.scores_in_flight is not None and not states[0].decode.stopped
                 assert lifecycle.blocked_now == set()
     finally:
         probe_buffers.BUFFERS = old
-    (stopped, _, _), (going, _, _) = decoders
+    stopped, going = states
     assert stopped.decode.stopped and stopped.decode.record["stop"]["token"] == 0 and stopped.steady is None
     assert stopped.decode.record["events"][0]["scored_tokens"] == 4
     assert not going.decode.stopped and going.steady == () and going.decode.scored == 4
@@ -562,3 +564,70 @@ def test_a_steady_decoder_that_stops_is_judged_a_step_later_and_its_next_row_for
     assert torch.equal(steps[0], torch.zeros(2, 5))
     assert steps[1][0].argmax() == 2 and steps[1][0, 2] == 0 and steps[1][0, 0] < -1e30
     assert torch.equal(steps[1][1], torch.zeros(5))
+
+
+def test_steady_decoders_pooled_together_judge_as_each_would_alone(tmp_path):
+    """A step's steady decoders are pooled with a few array operations
+    (decode_probes.StepScores, decide_step.decide_steady, decode_pool.py);
+    every decoder's scores, values, events and stop equal those of the same
+    scores judged one request at a time. More decoders and tokens than the
+    pool table first holds, a recomputed token and a skipped one included."""
+    from collections import Counter
+
+    from innerguard.hooks.decide_step import land_scores
+    from innerguard.hooks.decode_probes import StepScores
+    from innerguard.hooks.probe_buffers import ProbeBuffers
+    from innerguard.hooks.results import ResultStore
+
+    _, analyzers, program = _plan(tmp_path)
+    rules, alone = DecodeRules(analyzers), DecodeRules(analyzers)
+    rng = random.Random(11)
+    count, tokens = 70, 300
+    scores = [[rng.uniform(-2, 0.45) for _ in range(tokens)] for _ in range(count)]
+    for i in range(0, count, 7):  # some go above the threshold somewhere
+        at = rng.randrange(tokens - 8)
+        scores[i][at:at + 5] = [2.0] * 5
+    states, reference = [], []
+    for i in range(count):
+        probes = rules.start([program])
+        probes.probe_reads = (("drift.drift", 0, probes.signals["drift.drift"].row),)  # as lifecycle._steady sets it
+        states.append(SimpleNamespace(decode=probes, error=None, steady=(), blocked=False, key=f"k{i}", req_id=f"r{i}",
+                                      group=SimpleNamespace(digest=i)))
+        reference.append(alone.start([program]))
+    buffers = ProbeBuffers(num_layers=1, hidden_size=4, max_tokens=128, device="cpu")
+    runtime = SimpleNamespace(focus_step=None, rows=[], decoders=[], probe_slots={"drift.drift": 0},
+                              scores_in_flight=None, decode_rules=rules, ended_decodes=[])
+    lifecycle = SimpleNamespace(decode_results=ResultStore())
+    odd = {(3, 40): 39, (5, 60): 62}  # (decoder, step) -> the token it reports: recomputed, and skipped
+    for t in range(tokens):
+        runtime.decoders = []
+        for i, state in enumerate(states):
+            if state.steady is None or state.decode.stopped:
+                continue
+            token = odd.get((i, t), t)
+            runtime.decoders.append((state, i, i, token))
+            buffers.scores[i, 0] = scores[i][token]
+            value = buffers.scores[i, 0].item()  # what the device holds: float32
+            reference[i].begin(token, 1)
+            (first, end), reference[i].pending = reference[i].pending, None
+            stop = reference[i].evaluate(first, end, {"drift.drift": [value]})
+            if stop is not None:  # where decide_step.decide_generated puts it
+                reference[i].record["stop"] = stop
+        runtime.scores_in_flight = StepScores.launch(runtime, buffers)
+        land_scores(lifecycle, runtime)
+    for i, (state, alone_probes) in enumerate(zip(states, reference)):
+        got, want = state.decode.record, alone_probes.record
+        assert got["scores"] == want["scores"], i
+        assert got["values"] == pytest.approx(want["values"], abs=1e-12), i
+        assert (got["stop"], got["events"]) == (want["stop"], want["events"]), i
+        assert state.decode.scored == alone_probes.scored, i
+    assert states[5].decode.error is not None and states[5].decode.stopped  # token 60 skipped: fail-closed
+    assert any(s.decode.stopped and s.decode.error is None for s in states)
+    assert any(not s.decode.stopped for s in states)
+    assert lifecycle.decode_results.get("k0", 0) == {"r0": states[0].decode.record}
+    # Ended completions give their rows back once their scores landed; new ones start empty.
+    runtime.ended_decodes.extend(s.decode for s in states)
+    land_scores(lifecycle, runtime)
+    assert all(s.decode.released for s in states) and states[0].decode.record["scores"] == reference[0].record["scores"]
+    fresh = rules.start([program])
+    assert fresh.scored == 0 and fresh.record["scores"] == {"drift.drift": []} and not fresh.signals["drift.drift"].ready
