@@ -308,6 +308,16 @@ class DecodeProbes:
         return None
 
 
+def copy_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a ``DecodeProbes.record`` that later steps leave alone, for
+    the engine to take. Shallow where that is enough: what goes into a
+    record is never changed in place, only added (events) or replaced
+    (scores, values, stop). A deep copy of hundreds of score lists held
+    the engine between steps."""
+    return {**record, "events": list(record["events"]), "scores": dict(record["scores"]),
+            "values": dict(record["values"])}
+
+
 class DecodeRules:
     """A plan's decode rules, compiled per set of policies."""
 

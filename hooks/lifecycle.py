@@ -24,6 +24,7 @@ import numpy as np
 from innerguard.hooks import probe_buffers, span_key_budget, steering_buffers
 from innerguard.hooks.calibration import CalibrationStore
 from innerguard.hooks.decide_step import failed_decision, land_scores
+from innerguard.hooks.decode_probes import copy_record
 from innerguard.hooks.plan_versions import PlanVersions
 from innerguard.hooks.prefix_fill import PrefixFill
 from innerguard.hooks.request_args import BadArguments, check_positions, read_args
@@ -154,8 +155,8 @@ class Lifecycle:
             self.plans.drop_idle()
 
     def take_decode(self, keys) -> dict[str, dict[str, Any]]:
-        """The decode records of these requests' completions so far
-        (decode_probes.py), their last step's scores judged first: a
+        """Copies of the decode records of these requests' completions so
+        far (decode_probes.py), their last step's scores judged first: a
         completion that ended in it was scored there last. A completion
         still going on puts its record again (decide_step._store). Scores
         of other requests stay on their way: waiting for them here would
@@ -171,7 +172,8 @@ class Lifecycle:
                 if state is not None and state.decode is not None and not state.decode.released:
                     state.decode.record  # noqa: B018 (its scores, copied from the pool table)
                     state.decode.stored = False
-        return taken
+        return {key: {req_id: copy_record(record) for req_id, record in records.items()}
+                for key, records in taken.items()}
 
     # -- one step ---------------------------------------------------------------
     def begin_step(self) -> None:

@@ -9,7 +9,6 @@ was. An older plan keeps its hooks until its last request finishes.
 """
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from innerguard.engine.contract import GUARD_POINT_OPS, SCHEDULER
@@ -179,9 +178,9 @@ class InnerguardWorkerExtension(RecordMixin):
 
     def innerguard_take_decode(self, keys: list[str]) -> dict[str, dict[str, Any]]:
         """The decode rules' records of these requests' completions so far
-        (hooks/decode_probes.py), copied: the worker's own go on growing.
-        The last step's scores are judged first (lifecycle.take_decode)."""
-        return copy.deepcopy(self._innerguard().take_decode(keys))
+        (hooks/decode_probes.py), copied: the worker's own go on growing
+        (lifecycle.take_decode)."""
+        return self._innerguard().take_decode(keys)
 
     def innerguard_stats(self) -> dict[str, Any]:
         """Counts of what the worker holds: live request states, results and

@@ -631,3 +631,23 @@ def test_steady_decoders_pooled_together_judge_as_each_would_alone(tmp_path):
     assert all(s.decode.released for s in states) and states[0].decode.record["scores"] == reference[0].record["scores"]
     fresh = rules.start([program])
     assert fresh.scored == 0 and fresh.record["scores"] == {"drift.drift": []} and not fresh.signals["drift.drift"].ready
+
+
+def test_a_taken_record_is_a_copy_that_later_steps_leave_alone(tmp_path):
+    """What the engine takes (decode_probes.copy_record, a shallow copy in
+    place of a deep one) does not change as the completion goes on: events
+    are added, scores and values replaced, the stop set."""
+    from innerguard.hooks.decode_probes import copy_record
+
+    _, analyzers, program = _plan(tmp_path, mode="warn")
+    probes = DecodeRules(analyzers).start([program])
+    _score(probes, [0.0] * 4 + [2.0] * 4)  # a flag at the first window above 1.0 - 0.5 of bias
+    taken = copy_record(probes.record)
+    before = {"events": [dict(e) for e in taken["events"]], "scores": {k: list(v) for k, v in taken["scores"].items()},
+              "values": dict(taken["values"]), "stop": taken["stop"]}
+    assert len(before["events"]) == 1 and len(before["scores"]["drift.drift"]) == 8
+    _score(probes, [3.0] * 4, start=8)
+    probes.events.append({"policy": "other"})
+    probes.record["stop"] = {"token": 9}
+    assert len(probes.record["scores"]["drift.drift"]) == 12 and probes.record["values"] != before["values"]
+    assert {k: taken[k] for k in before} == before
