@@ -89,13 +89,13 @@ def decide_steady(lifecycle, steady, values, error: str | None) -> None:
     skipped, a score not finite, a failed read) goes through
     ``decide_generated`` one request at a time."""
     states, positions = steady.states, steady.positions
-    if error is not None or values is None:
+    if error is not None or (values is None and steady.rows.size):
         for state, position in zip(states, positions.tolist()):
             state.decode.error = state.decode.error or error or "generated-token scores never reached the host"
             decide_generated(lifecycle, state, position, position + 1, {})
         return
     table = steady.table
-    scores = values[steady.offset:steady.offset + steady.rows.size].astype(np.float64)
+    scores = values[steady.offset:steady.offset + steady.rows.size].astype(np.float64) if steady.rows.size else np.zeros(0)
     usual = positions == table.scored[steady.slots]  # the next token: none skipped, none recomputed
     usual &= np.bincount(steady.owners, weights=~np.isfinite(scores), minlength=len(states)) == 0
     changed = np.zeros(len(states), dtype=bool)
@@ -103,7 +103,7 @@ def decide_steady(lifecycle, steady, values, error: str | None) -> None:
     if pooled.any():
         better = table.add_one(steady.rows[pooled], scores[pooled])
         changed[steady.owners[pooled][better]] = True
-        table.scored[steady.slots[usual]] = positions[usual] + 1
+    table.scored[steady.slots[usual]] = positions[usual] + 1
     for k in np.flatnonzero(changed | ~usual).tolist():
         state, position = states[k], int(positions[k])
         if usual[k]:

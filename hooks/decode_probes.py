@@ -58,9 +58,9 @@ import torch
 
 from innerguard.engine.decide import Evaluator, SignalError, condition_signals
 from innerguard.hooks import span_key_budget
-from innerguard.hooks.decode_pool import PoolTable
 from innerguard.hooks.analyzers import attention_tracker
 from innerguard.hooks.analyzers.attention import kv_heads_of
+from innerguard.hooks.decode_pool import PoolTable
 
 GROW = 256  # scores are kept in a buffer grown by this many tokens at a time
 
@@ -133,7 +133,7 @@ class DecodeProbes:
     stopped: bool = False
     error: str | None = None
     released: bool = False  # its table rows were given back (``release``): nothing more is pooled
-    stored: bool = False  # its record is where the engine takes it (decide_step.decide_generated)
+    stored: bool = False  # its record is where the engine takes it (decide_step._store)
     events: list[dict[str, Any]] = field(default_factory=list)
     reported: set[tuple[str, str | None]] = field(default_factory=set)
     steering: set[str] = field(default_factory=set)  # steer ids decided so far: once on, on to the end
