@@ -246,14 +246,14 @@ class GuardedLLM:
             # The worker's decode rules may cut what these outputs hold: their
             # records, taken in one call for the step (one call per
             # completion held the engine between steps hundreds of times).
-            ending = [out for out in step if out.request_id in watched and watched[out.request_id].ending(out)]
-            records = self.llm.collective_rpc(
-                RPC_TAKE_DECODE, args=([by_id[out.request_id].key for out in ending],))[0] if ending else {}
+            ending = {out.request_id: by_id[out.request_id].key for out in step
+                      if out.request_id in watched and watched[out.request_id].ending(out)}
+            records = self.llm.collective_rpc(RPC_TAKE_DECODE, args=(list(ending.values()),))[0] if ending else {}
             for out in step:
                 watch = watched.get(out.request_id)
                 if watch is not None:
-                    if watch.ending(out):
-                        watch.take_decode(out, records.get(by_id[out.request_id].key, {}))
+                    if out.request_id in ending:
+                        watch.take_decode(out, records.get(ending[out.request_id], {}))
                     every_one_ended = watch.update(out)
                     if not (out.finished or every_one_ended):
                         continue

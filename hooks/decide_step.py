@@ -152,8 +152,8 @@ def decide_generated(lifecycle, state, first: int, end: int, values: dict[str, l
 def _store(lifecycle, state) -> None:
     """Put ``state``'s decode record where the engine takes it: once, and
     again after the engine took it while the completion goes on (n > 1:
-    siblings end at different steps). The record is live: its lists grow
-    as tokens are scored."""
+    siblings end at different steps). The stored record is the live one:
+    the take settles its scores (lifecycle.take_decode)."""
     decode = state.decode
     if decode.stored or decode.released:
         return

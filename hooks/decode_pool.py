@@ -69,34 +69,16 @@ class PoolTable:
     # -- pooling ---------------------------------------------------------------
     def add(self, row: int, values) -> bool:
         """Pool ``values`` (one completion's next scores of one signal, bias
-        not included); whether its best window changed. A score that is not
-        finite raises, after those before it were pooled: the rules' error
-        modes decide, never a window that silently stops growing."""
-        values = np.asarray(values, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(values))
-        n0 = int(self.count[row])
-        changed = self._pool(row, values[: bad[0]] if bad.size else values)
-        if bad.size:
-            raise ValueError(f"generated token {n0 + int(bad[0])} scored {values[bad[0]]}")
+        not included) one by one, as ``add_one`` pools a step's; whether its
+        best window changed. A score that is not finite raises, after those
+        before it were pooled: the rules' error modes decide, never a window
+        that silently stops growing."""
+        changed, rows = False, np.array([row])
+        for value in np.asarray(values, dtype=np.float64).reshape(-1, 1):
+            if not np.isfinite(value[0]):
+                raise ValueError(f"generated token {int(self.count[row])} scored {value[0]}")
+            changed |= bool(self.add_one(rows, value)[0])
         return changed
-
-    def _pool(self, row: int, values: np.ndarray) -> bool:
-        k = values.size
-        if not k:
-            return False
-        n0, w = int(self.count[row]), int(self.window[row])
-        self._fit(n0 + k)
-        self.scores[row, n0:n0 + k] = values + self.bias[row]
-        self.count[row] = n0 + k
-        first_end = max(n0 + 1, w)  # the windows that end at the new tokens and are whole
-        if first_end > n0 + k:
-            return False
-        means = np.lib.stride_tricks.sliding_window_view(self.scores[row, first_end - w:n0 + k], w).sum(axis=1) / w
-        at = int(np.argmax(means))  # the first of equal maxima: a later equal window does not replace it
-        if means[at] > self.best[row]:
-            self.best[row], self.best_start[row] = means[at], first_end - w + at
-            return True
-        return False
 
     def add_one(self, rows: np.ndarray, values: np.ndarray) -> np.ndarray:
         """One finite score for each of ``rows`` (distinct; bias not

@@ -147,11 +147,15 @@ class DecodeProbes:
     def record(self) -> dict[str, Any]:
         """What the engine takes (RPC_TAKE_DECODE): the events so far, the
         stop, every scored token's score and each signal's value so far
-        (once a whole window is scored). The same dict each time, its
-        scores copied from the pool table when read."""
+        (once a whole window is scored). The same dict each time, settled
+        when read."""
+        self.settle()
+        return self._record
+
+    def settle(self) -> None:
+        """Copy the scores pooled so far from the pool table into the record."""
         if not self.released:
             self._record["scores"] = {s: p.scores for s, p in self.signals.items()}
-        return self._record
 
     @property
     def scored(self) -> int:
@@ -162,7 +166,7 @@ class DecodeProbes:
         """The completion is over and its last scores landed: its record
         keeps what was pooled, the table takes its rows back."""
         if not self.released:
-            self.record  # noqa: B018 (the scores, copied out)
+            self.settle()
             self.table.release([p.row for p in self.signals.values()], self.slot)
             self.released = True
 

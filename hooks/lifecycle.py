@@ -170,7 +170,7 @@ class Lifecycle:
             for req_id in records:
                 state = self.states.get(req_id)
                 if state is not None and state.decode is not None and not state.decode.released:
-                    state.decode.record  # noqa: B018 (its scores, copied from the pool table)
+                    state.decode.settle()
                     state.decode.stored = False
         return {key: {req_id: copy_record(record) for req_id, record in records.items()}
                 for key, records in taken.items()}
